@@ -107,7 +107,8 @@ export function stepTime(p: Profile, batch: BatchShape): StepTimeBreakdown {
   const hw = p.hardware;
   const e = p.efficiency;
   const nReq = batch.prefills.length + batch.decodeContexts.length;
-  if (nReq === 0) return { overhead: 0, weights: 0, kvRead: 0, prefillGemm: 0, prefillAttention: 0, total: 0 };
+  if (nReq === 0)
+    return { overhead: 0, weights: 0, kvRead: 0, prefillGemm: 0, prefillAttention: 0, total: 0 };
   const bw = hw.memBandwidth * hw.tensorParallel;
   const flops = hw.peakFlops * hw.tensorParallel;
   const overhead = p.stepOverhead + p.perRequestOverhead * nReq;
@@ -142,7 +143,8 @@ export function validateProfile(raw: unknown, origin: string): Profile {
   };
   const pos = (o: Record<string, unknown>, k: string, path: string): number => {
     const v = o[k];
-    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) fail(`${path}.${k}`, "must be a positive number");
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0)
+      fail(`${path}.${k}`, "must be a positive number");
     return v as number;
   };
   const nonneg = (o: Record<string, unknown>, k: string, path: string): number => {
@@ -160,7 +162,8 @@ export function validateProfile(raw: unknown, origin: string): Profile {
   const ef = obj(p.efficiency, "efficiency");
   const d = obj(p.defaults, "defaults");
   const sources = p.sources;
-  if (!Array.isArray(sources) || sources.some((s) => typeof s !== "string")) fail("sources", "must be a list of strings");
+  if (!Array.isArray(sources) || sources.some((s) => typeof s !== "string"))
+    fail("sources", "must be a list of strings");
   const frac = (o: Record<string, unknown>, k: string, path: string): number => {
     const v = pos(o, k, path);
     if (v > 1) fail(`${path}.${k}`, "must be in (0, 1]");

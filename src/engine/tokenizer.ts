@@ -27,6 +27,7 @@ export interface Tokenizer {
 /** The text of a chat message's content: strings as is, text parts joined. */
 export function messageText(m: ChatMessage): string {
   if (typeof m.content === "string") return m.content;
-  if (Array.isArray(m.content)) return m.content.map((p) => (p.type === "text" ? (p.text ?? "") : "")).join("");
+  if (Array.isArray(m.content))
+    return m.content.map((p) => (p.type === "text" ? (p.text ?? "") : "")).join("");
   return "";
 }

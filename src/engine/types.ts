@@ -27,6 +27,12 @@ export interface EngineConfig {
   /** Whether to record KV events at all (vLLM enable_kv_cache_events). */
   enableKvCacheEvents: boolean;
   profile: Profile;
+  /** vLLM --scheduling-policy: "fcfs" (default) or "priority" (lower priority value runs first). */
+  schedulingPolicy?: "fcfs" | "priority";
+  /** Range of generated token ids (default 128256). */
+  vocabSize?: number;
+  /** Token that ends a naturally stopping output (default 2). */
+  eosTokenId?: number;
 }
 
 export type FinishReason = "stop" | "length" | "abort";
@@ -101,5 +107,7 @@ export interface EngineStats {
   generationTokens: number;
   requestSuccess: Record<FinishReason, number>;
   numSteps: number;
-  /** Tokens per step, one entry each step, drained by takeIterationTokens(). */
+  /** Distinct block hashes currently cached (hittable) in the pool. */
+  numCachedBlocks: number;
+  numFreeBlocks: number;
 }
