@@ -15,10 +15,10 @@ export function engineConfig(over: Partial<EngineConfig> = {}): EngineConfig {
   const profile = over.profile ?? loadProfileFile("llama-3.1-8b-h100");
   return {
     blockSize: 16,
-    numGpuBlocks: 1000,
+    numGpuBlocks: 2000,
     maxNumSeqs: 64,
     maxNumBatchedTokens: 2048,
-    maxModelLen: 32768,
+    maxModelLen: 16384,
     longPrefillTokenThreshold: 0,
     enablePrefixCaching: true,
     hashSeed: "0",
