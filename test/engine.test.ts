@@ -136,7 +136,11 @@ describe("block accounting under randomized workloads", () => {
         }
         if (e.hasUnfinishedRequests()) {
           const r = e.step(now);
-          for (const o of r.outputs) if (o.finishReason) live.delete(o.requestId), finished++;
+          for (const o of r.outputs) {
+            if (!o.finishReason) continue;
+            live.delete(o.requestId);
+            finished++;
+          }
           now = r.endTime;
         }
         e.checkInvariants();
