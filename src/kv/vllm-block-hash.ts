@@ -7,7 +7,7 @@
  * Only the CBOR subset these tuples need is encoded (byte strings, unsigned and negative ints,
  * text, arrays, null), in the shortest canonical form, which is what cbor2 canonical=True emits.
  */
-import { createHash } from "node:crypto";
+import { hash as oneShotHash } from "node:crypto";
 
 /** A block's full digest and the uint64 that events and indexes use. */
 export interface BlockHash {
@@ -84,10 +84,17 @@ class CborWriter {
   result(): Uint8Array {
     return this.buf.subarray(0, this.len);
   }
+  reset(): void {
+    this.len = 0;
+  }
 }
 
+/** One writer reused by every hash: hashing is synchronous, so no two users overlap. */
+const shared = new CborWriter();
+
 function sha256(data: Uint8Array): Uint8Array {
-  return createHash("sha256").update(data).digest();
+  // One-shot crypto.hash (Node ≥ 20.12) avoids a Hash object per block; the hot path of the simulator.
+  return oneShotHash("sha256", data, "buffer");
 }
 
 function low64(digest: Uint8Array): bigint {
@@ -110,7 +117,8 @@ export function hashBlockTokens(
   end: number,
   extraKeys: ExtraKeys,
 ): BlockHash {
-  const w = new CborWriter();
+  const w = shared;
+  w.reset();
   w.head(4, 3);
   w.bytes(parentDigest);
   w.head(4, end - start);

@@ -1,0 +1,158 @@
+/**
+ * bench:engine — how fast the engine model runs on this CPU, so later work sees if the simulator
+ * becomes the bottleneck. A loaded engine (shared-prefix chat traffic with KV pressure, steady
+ * arrivals) is stepped in virtual time; we report engine steps per CPU-second and simulated output
+ * tokens per CPU-second, median of several repetitions. Writes JSON (default results/bench-engine.json).
+ *
+ *   npm run bench:engine -- [--reps 5] [--requests 2000] [--json FILE]
+ */
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { parse } from "yaml";
+import { Engine } from "../engine/engine.ts";
+import { Rng } from "../engine/output-tokens.ts";
+import { numGpuBlocksFor, validateProfile } from "../engine/profile.ts";
+
+interface RepResult {
+  steps: number;
+  requests: number;
+  outputTokens: number;
+  promptTokens: number;
+  simulatedSeconds: number;
+  cpuSeconds: number;
+  wallSeconds: number;
+  stepsPerCpuSecond: number;
+  outputTokensPerCpuSecond: number;
+  simulatedSecondsPerCpuSecond: number;
+  preemptions: number;
+  prefixHitRate: number;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+function runOnce(profileName: string, numRequests: number, seed: number): RepResult {
+  const root = fileURLToPath(new URL("../../", import.meta.url));
+  const path = resolve(root, "profiles", `${profileName}.yaml`);
+  const profile = validateProfile(parse(readFileSync(path, "utf8")), path);
+  // A quarter of the real KV capacity, so the workload below runs under KV pressure.
+  const numGpuBlocks = Math.floor(numGpuBlocksFor(profile, 16) / 4);
+  const engine = new Engine({
+    blockSize: 16,
+    numGpuBlocks,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: profile.defaults.maxNumBatchedTokens,
+    maxModelLen: 32768,
+    longPrefillTokenThreshold: 0,
+    enablePrefixCaching: true,
+    hashSeed: "0",
+    seed,
+    modelName: profile.model.name,
+    dataParallelRank: 0,
+    enableKvCacheEvents: true,
+    profile,
+  });
+  const rng = new Rng(seed);
+  // 32 conversations sharing 2,000-token system prompts in 8 groups; 600-token questions, 200-token answers; 40 req/s.
+  const systems = Array.from({ length: 8 }, (_, g) =>
+    Array.from({ length: 2000 }, (_, i) => 1000 + g * 3000 + i),
+  );
+  const arrivals: number[] = [];
+  let t = 0;
+  for (let i = 0; i < numRequests; i++) {
+    t += -Math.log(1 - rng.next()) / 40;
+    arrivals.push(t);
+  }
+  let next = 0;
+  let now = 0;
+  let steps = 0;
+  let outputTokens = 0;
+  const cpu0 = process.cpuUsage();
+  const wall0 = performance.now();
+  while (next < numRequests || engine.hasUnfinishedRequests()) {
+    while (next < numRequests && arrivals[next] <= now) {
+      const sys = systems[next % 8];
+      const q = Array.from({ length: 600 }, () => 50000 + Math.floor(rng.next() * 60000));
+      engine.addRequest(
+        { id: `r${next}`, promptTokenIds: sys.concat(q), maxTokens: 200, ignoreEos: true },
+        arrivals[next],
+      );
+      next++;
+    }
+    if (!engine.hasUnfinishedRequests()) {
+      now = arrivals[next];
+      continue;
+    }
+    const r = engine.step(now);
+    steps++;
+    for (const o of r.outputs) outputTokens += o.newTokenIds.length;
+    now = r.endTime;
+  }
+  const cpu = process.cpuUsage(cpu0);
+  const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+  const wallSeconds = (performance.now() - wall0) / 1000;
+  const st = engine.stats();
+  return {
+    steps,
+    requests: numRequests,
+    outputTokens,
+    promptTokens: st.promptTokens,
+    simulatedSeconds: now,
+    cpuSeconds,
+    wallSeconds,
+    stepsPerCpuSecond: steps / cpuSeconds,
+    outputTokensPerCpuSecond: outputTokens / cpuSeconds,
+    simulatedSecondsPerCpuSecond: now / cpuSeconds,
+    preemptions: st.numPreemptions,
+    prefixHitRate: st.prefixCacheHits / st.prefixCacheQueries,
+  };
+}
+
+function main(): void {
+  const { values } = parseArgs({
+    options: {
+      reps: { type: "string", default: "5" },
+      requests: { type: "string", default: "2000" },
+      profile: { type: "string", default: "llama-3.1-8b-h100" },
+      json: { type: "string", default: "results/bench-engine.json" },
+    },
+  });
+  const reps = Number(values.reps);
+  const requests = Number(values.requests);
+  if (!Number.isInteger(reps) || reps < 1) throw new Error("--reps must be a positive integer");
+  if (!Number.isInteger(requests) || requests < 1) throw new Error("--requests must be a positive integer");
+  runOnce(values.profile, Math.min(200, requests), 99); // warm-up: JIT
+  const runs: RepResult[] = [];
+  for (let i = 0; i < reps; i++) runs.push(runOnce(values.profile, requests, i + 1));
+  const summary = {
+    benchmark: "engine",
+    simulated: true,
+    profile: values.profile,
+    node: process.version,
+    workload: `${requests} requests, 8 groups x 2000-token shared prefix + 600 unique, 200 output, Poisson 40 req/s, KV at 1/4 of profile capacity`,
+    reps,
+    median: {
+      stepsPerCpuSecond: median(runs.map((r) => r.stepsPerCpuSecond)),
+      outputTokensPerCpuSecond: median(runs.map((r) => r.outputTokensPerCpuSecond)),
+      simulatedSecondsPerCpuSecond: median(runs.map((r) => r.simulatedSecondsPerCpuSecond)),
+    },
+    runs,
+  };
+  const out = resolve(values.json);
+  mkdirSync(dirname(out), { recursive: true });
+  writeFileSync(out, `${JSON.stringify(summary, null, 2)}\n`);
+  const m = summary.median;
+  console.log(
+    `engine (${values.profile}, ${requests} requests x ${reps} reps): ` +
+      `${m.stepsPerCpuSecond.toFixed(0)} steps/CPU-s, ${m.outputTokensPerCpuSecond.toFixed(0)} simulated output tok/CPU-s, ` +
+      `${m.simulatedSecondsPerCpuSecond.toFixed(1)} simulated s per CPU-s (median); ` +
+      `preemptions ${runs[0].preemptions}, prefix hit rate ${(runs[0].prefixHitRate * 100).toFixed(1)}% → ${out}`,
+  );
+}
+
+main();
