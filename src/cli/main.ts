@@ -1,0 +1,46 @@
+/**
+ * The `kvgate` command line: builds the commander program and registers each command from its own
+ * file (sim-replica here; serve, bench, demo and simulate register the same way). Usage errors exit
+ * with code 2 and a message naming the flag.
+ */
+import { realpathSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { Command, CommanderError } from "commander";
+import { registerSimReplica } from "./sim-replica.ts";
+
+/** Exit code for bad flags and usage errors. */
+export const USAGE_EXIT_CODE = 2;
+
+export function buildProgram(): Command {
+  const program = new Command("kvgate")
+    .description("An LLM-aware inference gateway for vLLM replicas, with a simulated replica for testing.")
+    .showHelpAfterError("(run with --help for usage)")
+    .exitOverride((err: CommanderError) => {
+      throw err;
+    });
+  registerSimReplica(program);
+  return program;
+}
+
+/** Runs the CLI; resolves when the command's action has finished (servers keep the process alive). */
+export async function main(argv: string[] = process.argv): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (err) {
+    if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : USAGE_EXIT_CODE);
+    throw err;
+  }
+}
+
+function isEntry(): boolean {
+  const arg = process.argv[1];
+  if (!arg) return false;
+  try {
+    return realpathSync(arg) === fileURLToPath(import.meta.url);
+  } catch {
+    return false;
+  }
+}
+
+if (isEntry()) await main();

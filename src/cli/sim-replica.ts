@@ -1,0 +1,200 @@
+/**
+ * `kvgate sim-replica`: runs one simulated vLLM replica. Flags carry vLLM's names (--port,
+ * --max-num-seqs, --kv-events-config, ...); the profile supplies the defaults a real GPU would.
+ * Prints one startup line; SIGTERM/SIGINT close the server and the KV-event publisher and exit 0.
+ */
+import { type Command, InvalidArgumentError, Option } from "commander";
+import { DEFAULT_PROFILE, listProfiles } from "../sim/profiles.ts";
+import type { ReplicaSettings } from "../sim/replica-options.ts";
+import type { ReplicaServer } from "../sim/replica-server.ts";
+
+const integer = (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
+  return n;
+};
+const number = (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("must be a number.");
+  return n;
+};
+
+interface Flags {
+  port?: number;
+  host?: string;
+  model?: string;
+  servedModelName?: string[];
+  profile: string;
+  listProfiles?: boolean;
+  blockSize?: number;
+  maxNumSeqs?: number;
+  maxNumBatchedTokens?: number;
+  numGpuBlocksOverride?: number;
+  maxModelLen?: number;
+  longPrefillTokenThreshold?: number;
+  enablePrefixCaching?: boolean;
+  schedulingPolicy?: "fcfs" | "priority";
+  kvEventsConfig?: string;
+  kvEventsFormat?: "array" | "map";
+  dataParallelRank?: number;
+  seed?: number;
+  hashSeed?: string;
+  timeScale?: number;
+  tokenizer?: string;
+  legacyMetricNames?: boolean;
+  maxRequestBodyBytes?: number;
+  faultCrashAfter?: number;
+  faultExtraLatency?: number;
+  faultErrorRate?: number;
+  faultMetrics?: "stall" | "garbled";
+}
+
+/** Adds the `sim-replica` command to the program. */
+export function registerSimReplica(program: Command): Command {
+  return program
+    .command("sim-replica")
+    .description(
+      "Run a simulated vLLM replica: OpenAI API, /metrics and KV events, driven by a modelled engine.",
+    )
+    .argument("[model_tag]", "model name, as in `vllm serve <model>` (same as --model)")
+    .option("--host <host>", "address to listen on (0.0.0.0 for all interfaces)", "127.0.0.1")
+    .option("--port <port>", "port to listen on (0 = any free port)", integer, 8000)
+    .option("--model <name>", "model name/path (default: the profile's model)")
+    .option("--served-model-name <names...>", "names clients use; the first one is reported in metrics")
+    .option(
+      "--profile <name|path>",
+      `hardware/model profile: a built-in name or a YAML file`,
+      DEFAULT_PROFILE,
+    )
+    .option("--list-profiles", "print the built-in profile names and exit")
+    .option("--block-size <tokens>", "tokens per KV block", integer, 16)
+    .option("--max-num-seqs <n>", "most requests in one batch (default: profile)", integer)
+    .option("--max-num-batched-tokens <n>", "token budget of one step (default: profile)", integer)
+    .option(
+      "--num-gpu-blocks-override <n>",
+      "KV blocks in the pool, null block included (default: from profile)",
+      integer,
+    )
+    .option("--max-model-len <tokens>", "context window (default: profile, capped by the KV cache)", integer)
+    .option(
+      "--long-prefill-token-threshold <tokens>",
+      "cap on one request's prefill chunk per step (0 = off)",
+      integer,
+    )
+    .option("--enable-prefix-caching", "enable automatic prefix caching (default)")
+    .option("--no-enable-prefix-caching", "disable automatic prefix caching")
+    .addOption(
+      new Option(
+        "--scheduling-policy <policy>",
+        "fcfs, or priority (by the request's `priority`, lower first)",
+      )
+        .choices(["fcfs", "priority"])
+        .default("fcfs"),
+    )
+    .option(
+      "--kv-events-config <json>",
+      'vLLM KV-events config, e.g. \'{"enable_kv_cache_events":true,"publisher":"zmq"}\'',
+    )
+    .addOption(
+      new Option("--kv-events-format <format>", "KV-event encoding: map (vLLM >= 0.26) or array (older)")
+        .choices(["array", "map"])
+        .default("map"),
+    )
+    .option(
+      "--data-parallel-rank <rank>",
+      "DP rank: engine label, event batches and endpoint port offset",
+      integer,
+    )
+    .option("--seed <n>", "seed of the output-token generator and fault randomness", integer, 0)
+    .option("--hash-seed <seed>", "PYTHONHASHSEED for block hashes (default: $PYTHONHASHSEED, else 0)")
+    .option("--time-scale <n>", "simulated seconds per wall second (100 = 100x faster than real)", number, 1)
+    .option(
+      "--tokenizer <dir>",
+      "directory with a Hugging Face tokenizer.json (default: built-in sim tokenizer)",
+    )
+    .option("--legacy-metric-names", "also expose vllm:gpu_cache_usage_perc and vllm:gpu_prefix_cache_*")
+    .option("--max-request-body-bytes <n>", "largest accepted request body (413 beyond)", integer)
+    .option(
+      "--fault-crash-after <n>",
+      "die hard while serving the n-th generation request (after its first output)",
+      integer,
+    )
+    .option(
+      "--fault-extra-latency <seconds>",
+      "hold each generation request this long (simulated) before the engine",
+      number,
+    )
+    .option("--fault-error-rate <p>", "fraction of generation requests answered 500", number)
+    .addOption(
+      new Option("--fault-metrics <mode>", "break /metrics: stall (never answers) or garbled").choices([
+        "stall",
+        "garbled",
+      ]),
+    )
+    .action(async (modelTag: string | undefined, flags: Flags, cmd: Command) => {
+      if (flags.listProfiles) {
+        for (const name of listProfiles()) console.log(name);
+        return;
+      }
+      if (modelTag && flags.model && modelTag !== flags.model)
+        cmd.error("error: model given both as argument and --model, with different values", { exitCode: 2 });
+      const settings: ReplicaSettings = {
+        host: flags.host,
+        port: flags.port,
+        model: modelTag ?? flags.model,
+        servedModelName: flags.servedModelName,
+        profile: flags.profile,
+        blockSize: flags.blockSize,
+        maxNumSeqs: flags.maxNumSeqs,
+        maxNumBatchedTokens: flags.maxNumBatchedTokens,
+        numGpuBlocksOverride: flags.numGpuBlocksOverride,
+        maxModelLen: flags.maxModelLen,
+        longPrefillTokenThreshold: flags.longPrefillTokenThreshold,
+        enablePrefixCaching: flags.enablePrefixCaching,
+        schedulingPolicy: flags.schedulingPolicy,
+        kvEventsConfig: flags.kvEventsConfig ?? null,
+        kvEventsFormat: flags.kvEventsFormat,
+        dataParallelRank: flags.dataParallelRank,
+        seed: flags.seed,
+        hashSeed: flags.hashSeed,
+        timeScale: flags.timeScale,
+        tokenizer: flags.tokenizer,
+        legacyMetricNames: flags.legacyMetricNames,
+        maxRequestBodyBytes: flags.maxRequestBodyBytes,
+        faults: {
+          crashAfter: flags.faultCrashAfter ?? null,
+          extraLatency: flags.faultExtraLatency ?? 0,
+          errorRate: flags.faultErrorRate ?? 0,
+          metrics: flags.faultMetrics ?? null,
+        },
+        // A crash fault is a dying replica: no cleanup, every connection drops.
+        onCrash: () => process.kill(process.pid, "SIGKILL"),
+      };
+      // Loaded here so `--help` stays fast and does not load zeromq or the engine.
+      const { ReplicaOptionError } = await import("../sim/replica-options.ts");
+      const { ReplicaServer } = await import("../sim/replica-server.ts");
+      let replica: ReplicaServer;
+      try {
+        replica = await ReplicaServer.start(settings);
+      } catch (err) {
+        if (err instanceof ReplicaOptionError) cmd.error(`error: ${err.message}`, { exitCode: 2 });
+        console.error(`kvgate sim-replica: cannot start: ${(err as Error).message}`);
+        process.exit(1);
+      }
+      console.log(replica.describe());
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        console.error(`kvgate sim-replica: ${signal}, shutting down`);
+        const force = setTimeout(() => process.exit(0), 5000);
+        force.unref();
+        replica.close().then(
+          () => process.exit(0),
+          () => process.exit(0),
+        );
+      };
+      process.once("SIGTERM", () => stop("SIGTERM"));
+      process.once("SIGINT", () => stop("SIGINT"));
+    });
+}
