@@ -1,0 +1,298 @@
+/**
+ * The one place defaults are applied: RawConfig → EffectiveConfig, the config that actually runs,
+ * printable with printConfig(). In order (llm-d's defaulting, reference §2.4):
+ *   1. every plugin's parameters parsed strictly, with llm-d defaults filled in;
+ *   2. each consumer's producer resolved (e.g. prefix-cache-scorer → approx-prefix-cache-producer),
+ *      auto-adding the family's default producer when a required one is missing;
+ *   3. no schedulingProfiles → one `default` profile with every declared filter, scorer and picker;
+ *   4. per profile: scorer weight 1 unless given; no picker → max-score-picker;
+ *   5. no profile handler → single-profile-handler; no saturation detector → utilization-detector.
+ */
+import { stringify } from "yaml";
+import type { ZodError } from "zod";
+import type { RawConfig, RawPlugin } from "./config.ts";
+import { ConfigError } from "./errors.ts";
+import type { Need, PluginKind } from "./plugin-spec.ts";
+import type { PluginRegistry } from "./registry.ts";
+
+export interface EffectivePlugin {
+  type: string;
+  name: string;
+  kind: PluginKind;
+  parameters: Record<string, unknown>;
+  /** "auto" when added by defaulting. */
+  origin: "declared" | "auto";
+}
+
+export interface EffectiveProfile {
+  name: string;
+  plugins: { pluginRef: string; weight?: number }[];
+}
+
+export interface EffectiveConfig {
+  apiVersion: string;
+  kind: "EndpointPickerConfig";
+  featureGates: Record<string, boolean>;
+  plugins: EffectivePlugin[];
+  schedulingProfiles: EffectiveProfile[];
+  /** Name of the profile-handler plugin. */
+  profileHandler: string;
+  /** Name of the saturation-detector plugin (used by admission). */
+  saturationDetector: string;
+  /** InferenceObjective name → priority. */
+  objectives: Record<string, number>;
+}
+
+const PROFILE_KINDS: PluginKind[] = ["filter", "scorer", "picker", "saturation-detector", "producer"];
+
+export function effectiveConfig(
+  raw: RawConfig,
+  registry: PluginRegistry,
+  warnings: string[],
+): EffectiveConfig {
+  const plugins = raw.plugins.map((p) => parsePlugin(p, registry, "declared", warnings));
+  const byName = new Map(plugins.map((p) => [p.name, p]));
+  const add = (type: string, why: string): EffectivePlugin => {
+    const existing = byName.get(type);
+    if (existing !== undefined) {
+      throw new ConfigError(
+        `plugin "${type}" is of type ${existing.type}, but ${why} needs a ${type} named "${type}"`,
+      );
+    }
+    const p = parsePlugin({ type, name: type, parameters: {} }, registry, "auto", warnings);
+    plugins.push(p);
+    byName.set(p.name, p);
+    return p;
+  };
+
+  resolveNeeds(plugins, byName, registry, add, true);
+  resolveNeeds(plugins, byName, registry, add, false);
+
+  let profiles = raw.schedulingProfiles;
+  if (profiles === null || profiles.length === 0) {
+    const members = plugins.filter((p) => p.kind === "filter" || p.kind === "scorer" || p.kind === "picker");
+    if (members.filter((p) => p.kind === "picker").length > 1) {
+      throw new ConfigError(
+        "no schedulingProfiles, and several pickers are declared: the default profile can hold only one; declare schedulingProfiles (llm-d/llm-d#1227)",
+      );
+    }
+    profiles = [{ name: "default", plugins: members.map((p) => ({ pluginRef: p.name })) }];
+  }
+
+  const used = new Set<string>();
+  const schedulingProfiles = profiles.map((prof) => {
+    const refs: EffectiveProfile["plugins"] = [];
+    let picker: string | null = null;
+    for (const r of prof.plugins) {
+      const p = byName.get(r.pluginRef);
+      const where = `profile "${prof.name}": pluginRef "${r.pluginRef}"`;
+      if (p === undefined)
+        throw new ConfigError(`${where} names no plugin; declare it under plugins or fix the name`);
+      if (!PROFILE_KINDS.includes(p.kind)) {
+        throw new ConfigError(
+          `${where} is a ${p.kind} (type ${p.type}); profiles hold only filters, scorers and one picker`,
+        );
+      }
+      if (refs.some((x) => x.pluginRef === r.pluginRef)) throw new ConfigError(`${where} is listed twice`);
+      used.add(p.name);
+      if (p.kind === "producer") {
+        if (r.weight !== undefined)
+          throw new ConfigError(`${where}: weight applies only to scorers; ${p.type} is a producer`);
+        warnings.push(
+          `${where}: producers run once per request for every profile; listing one in a profile has no effect`,
+        );
+        continue;
+      }
+      if (p.kind === "picker") {
+        if (picker !== null) {
+          throw new ConfigError(
+            `profile "${prof.name}": two pickers ("${picker}" and "${p.name}"); keep exactly one`,
+          );
+        }
+        picker = p.name;
+      }
+      if (p.kind !== "scorer") {
+        if (r.weight !== undefined)
+          throw new ConfigError(`${where}: weight applies only to scorers; ${p.type} is a ${p.kind}`);
+        refs.push({ pluginRef: r.pluginRef });
+        continue;
+      }
+      const w = r.weight ?? 1;
+      if (!Number.isFinite(w) || w <= 0) {
+        throw new ConfigError(
+          `${where}: weight must be a positive number; got ${w} (remove the scorer to disable it)`,
+        );
+      }
+      refs.push({ pluginRef: r.pluginRef, weight: w });
+    }
+    if (picker === null) {
+      const p =
+        byName.get("max-score-picker") ?? add("max-score-picker", `profile "${prof.name}" (no picker)`);
+      if (p.kind !== "picker")
+        throw new ConfigError(`plugin "max-score-picker" is not a picker (type ${p.type})`);
+      refs.push({ pluginRef: p.name });
+      used.add(p.name);
+    }
+    return { name: prof.name, plugins: refs };
+  });
+
+  for (const p of plugins) {
+    if ((p.kind === "filter" || p.kind === "scorer" || p.kind === "picker") && !used.has(p.name)) {
+      warnings.push(`plugin "${p.name}" (type ${p.type}) is in no scheduling profile; it has no effect`);
+    }
+  }
+
+  const profileHandler = pickOne(plugins, "profile-handler", () =>
+    add("single-profile-handler", "the scheduler"),
+  );
+  checkHandler(profileHandler, schedulingProfiles, byName);
+  const saturationDetector = pickOne(plugins, "saturation-detector", () =>
+    add("utilization-detector", "admission"),
+  );
+
+  return {
+    apiVersion: raw.apiVersion,
+    kind: "EndpointPickerConfig",
+    featureGates: raw.featureGates,
+    plugins,
+    schedulingProfiles,
+    profileHandler: profileHandler.name,
+    saturationDetector: saturationDetector.name,
+    objectives: raw.objectives,
+  };
+}
+
+function parsePlugin(
+  p: RawPlugin,
+  registry: PluginRegistry,
+  origin: "declared" | "auto",
+  warnings: string[],
+): EffectivePlugin {
+  const s = registry.get(p.type);
+  const who = `plugin "${p.name}" (type ${p.type})`;
+  const ignored = registry.ignored(p.type);
+  if (s === undefined && ignored !== undefined) {
+    warnings.push(`${who} is accepted but has no effect: ${ignored}`);
+    return { type: p.type, name: p.name, kind: "ignored", parameters: p.parameters, origin };
+  }
+  if (s === undefined) {
+    const why = registry.unimplemented(p.type);
+    if (why !== undefined) throw new ConfigError(`${who} is not implemented in kvgate: ${why}`);
+    throw new ConfigError(`${who}: unknown plugin type; known types: ${registry.types().join(", ")}`);
+  }
+  for (const k of Object.keys(p.parameters)) {
+    const unsupported = s.unsupportedParams?.[k];
+    if (unsupported !== undefined)
+      throw new ConfigError(`${who}: parameter "${k}" is not supported: ${unsupported}`);
+    const replacement = s.deprecatedParams?.[k];
+    if (replacement !== undefined)
+      warnings.push(`${who}: parameter "${k}" is deprecated; use ${replacement}`);
+  }
+  const r = s.params.safeParse(p.parameters);
+  if (!r.success) throw new ConfigError(`${who}: ${formatIssues(r.error)}`);
+  return { type: p.type, name: p.name, kind: s.kind, parameters: { ...r.data }, origin };
+}
+
+function formatIssues(e: ZodError): string {
+  return e.issues
+    .map((i) => {
+      if (i.code === "unrecognized_keys") {
+        return `unknown parameter${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => `"${[...i.path, k].join(".")}"`).join(", ")}`;
+      }
+      const path = i.path.length > 0 ? `parameter "${i.path.join(".")}": ` : "";
+      return `${path}${i.message}`;
+    })
+    .join("; ");
+}
+
+/** Points each consumer at its producer; required needs may auto-add the default producer. */
+function resolveNeeds(
+  plugins: EffectivePlugin[],
+  byName: Map<string, EffectivePlugin>,
+  registry: PluginRegistry,
+  add: (type: string, why: string) => EffectivePlugin,
+  required: boolean,
+): void {
+  for (let i = 0; i < plugins.length; i++) {
+    const p = plugins[i];
+    const needs: Need[] = registry.get(p.type)?.needs?.(p.parameters) ?? [];
+    for (const n of needs) {
+      if (n.required !== required) continue;
+      const who = `plugin "${p.name}" (type ${p.type})`;
+      const set = p.parameters[n.param];
+      if (typeof set === "string") {
+        const prod = byName.get(set);
+        if (prod === undefined || !registry.get(prod.type)?.produces?.includes(n.family)) {
+          throw new ConfigError(
+            `${who}: parameter "${n.param}": "${set}" is not a plugin producing ${n.family}`,
+          );
+        }
+        continue;
+      }
+      const producers = plugins.filter((q) => registry.get(q.type)?.produces?.includes(n.family));
+      if (producers.length > 1) {
+        throw new ConfigError(
+          `${who}: several plugins produce ${n.family} (${producers.map((q) => q.name).join(", ")}); set parameter "${n.param}" to one of them`,
+        );
+      }
+      if (producers.length === 1) p.parameters[n.param] = producers[0].name;
+      else if (required) p.parameters[n.param] = add(registry.defaultProducer(n.family), who).name;
+    }
+  }
+}
+
+function pickOne(
+  plugins: EffectivePlugin[],
+  kind: PluginKind,
+  fallback: () => EffectivePlugin,
+): EffectivePlugin {
+  const found = plugins.filter((p) => p.kind === kind);
+  if (found.length > 1) {
+    throw new ConfigError(
+      `several ${kind} plugins declared (${found.map((p) => p.name).join(", ")}); keep exactly one`,
+    );
+  }
+  return found[0] ?? fallback();
+}
+
+function checkHandler(
+  h: EffectivePlugin,
+  profiles: EffectiveProfile[],
+  byName: Map<string, EffectivePlugin>,
+): void {
+  const names = profiles.map((p) => p.name);
+  if (h.type === "single-profile-handler" && names.length !== 1) {
+    throw new ConfigError(
+      `single-profile-handler runs exactly one profile, but ${names.length} are defined (${names.join(", ")}); declare a disagg-profile-handler or keep one profile`,
+    );
+  }
+  if (h.type !== "disagg-profile-handler") return;
+  const params = h.parameters as {
+    profiles: Record<string, string>;
+    deciders: Record<string, string | undefined>;
+  };
+  const who = `plugin "${h.name}" (type ${h.type})`;
+  if (!names.includes(params.profiles.decode)) {
+    throw new ConfigError(
+      `${who}: decode profile "${params.profiles.decode}" is not among schedulingProfiles (${names.join(", ")})`,
+    );
+  }
+  const decider = params.deciders.prefill;
+  if (decider === undefined) return;
+  if (!names.includes(params.profiles.prefill)) {
+    throw new ConfigError(
+      `${who}: prefill profile "${params.profiles.prefill}" is not among schedulingProfiles (${names.join(", ")})`,
+    );
+  }
+  const d = byName.get(decider);
+  if (d === undefined || d.kind !== "decider") {
+    throw new ConfigError(
+      `${who}: parameter "deciders.prefill": "${decider}" is not a declared decider plugin`,
+    );
+  }
+}
+
+/** The effective config as YAML, e.g. for `kvgate config print`. */
+export function printConfig(c: EffectiveConfig): string {
+  return stringify(c);
+}

@@ -1,0 +1,55 @@
+/**
+ * Typed data that producers write into the CycleState and scorers/filters read: prefix match
+ * info (llm-d PrefixCacheMatchInfo) and in-flight load (llm-d InFlightLoad + UncachedRequestTokens).
+ * Keys are namespaced by the producing plugin instance's name.
+ */
+import type { CycleState, DataKey } from "../types.ts";
+import { familyKey } from "../types.ts";
+
+export interface PrefixMatchInfo {
+  /** Blocks hashed for this request (summed over prompts). */
+  readonly totalBlocks: number;
+  /** Effective block size in tokens (≥ 64). */
+  readonly blockSizeTokens: number;
+  /** Prompt tokens (real or pseudo). */
+  readonly promptTokens: number;
+  /** Blocks of this request the endpoint is believed to hold. */
+  matchBlocks(endpointId: string): number;
+  /** Whether any candidate matched at least one block. */
+  readonly anyMatch: boolean;
+}
+
+export interface InFlightLoad {
+  requests: number;
+  tokens: number;
+}
+
+export interface InFlightInfo {
+  /** Requests the gateway has in flight on the endpoint. */
+  requests(endpointId: string): number;
+  /** Uncached prompt tokens (plus output estimates, if enabled) in flight on the endpoint. */
+  tokens(endpointId: string): number;
+  /** This request's uncached prompt tokens (plus estimated output, if enabled) on the endpoint. */
+  uncachedRequestTokens(endpointId: string): number;
+}
+
+export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {
+  return familyKey<PrefixMatchInfo>("prefix-match-info", producerName);
+}
+
+export function inflightKey(producerName: string): DataKey<InFlightInfo> {
+  return familyKey<InFlightInfo>("inflight-load", producerName);
+}
+
+/** Match ratio matchBlocks/totalBlocks; 0 when info is missing or empty. */
+export function matchRatio(info: PrefixMatchInfo | undefined, endpointId: string): number {
+  if (info === undefined || info.totalBlocks <= 0) return 0;
+  return info.matchBlocks(endpointId) / info.totalBlocks;
+}
+
+/** Reads a required producer value, failing loudly if the producer did not run (a wiring bug). */
+export function need<T>(cycle: CycleState, key: DataKey<T>, who: string): T {
+  const v = cycle.get(key);
+  if (v === undefined) throw new Error(`${who}: no data under "${key.name}"; its producer did not run`);
+  return v;
+}

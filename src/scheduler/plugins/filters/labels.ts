@@ -1,0 +1,161 @@
+/**
+ * Label filters (llm-d scheduling/filter/bylabel, reference §3.5): role filters on the
+ * `llm-d.ai/role` label and label-selector-filter with Kubernetes matchLabels/matchExpressions.
+ */
+import { z } from "zod";
+import { spec } from "../../plugin-spec.ts";
+import type { CycleState, EndpointState, Filter, TypedName } from "../../types.ts";
+
+export const ROLE_LABEL = "llm-d.ai/role";
+
+/** Keeps endpoints whose label value is in `values` (and unlabelled ones if `allowUnlabelled`). */
+export class ByLabelFilter implements Filter {
+  readonly typedName: TypedName;
+  readonly #values: ReadonlySet<string>;
+
+  constructor(
+    type: string,
+    name: string,
+    readonly label: string,
+    readonly allowUnlabelled: boolean,
+    values: readonly string[],
+  ) {
+    this.typedName = { type, name };
+    this.#values = new Set(values);
+  }
+
+  filter(_cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
+    return endpoints.filter((e) => {
+      const v = e.labels[this.label];
+      return v === undefined ? this.allowUnlabelled : this.#values.has(v);
+    });
+  }
+}
+
+const noParams = z.strictObject({});
+
+export const decodeFilterSpec = spec({
+  type: "decode-filter",
+  stability: "stable",
+  kind: "filter",
+  summary:
+    "Keeps decode-capable endpoints (role decode, prefill-decode, both, encode-prefill-decode) and unlabelled ones.",
+  params: noParams,
+  factory: (name) =>
+    new ByLabelFilter("decode-filter", name, ROLE_LABEL, true, [
+      "decode",
+      "prefill-decode",
+      "both",
+      "encode-prefill-decode",
+    ]),
+});
+
+export const prefillFilterSpec = spec({
+  type: "prefill-filter",
+  stability: "stable",
+  kind: "filter",
+  summary:
+    "Keeps prefill-capable endpoints (prefill, encode-prefill, prefill-decode, both, encode-prefill-decode).",
+  params: noParams,
+  factory: (name) =>
+    new ByLabelFilter("prefill-filter", name, ROLE_LABEL, false, [
+      "prefill",
+      "encode-prefill",
+      "prefill-decode",
+      "both",
+      "encode-prefill-decode",
+    ]),
+});
+
+export const encodeFilterSpec = spec({
+  type: "encode-filter",
+  stability: "stable",
+  kind: "filter",
+  summary: "Keeps encode-capable endpoints (encode, encode-prefill, encode-prefill-decode).",
+  params: noParams,
+  factory: (name) =>
+    new ByLabelFilter("encode-filter", name, ROLE_LABEL, false, [
+      "encode",
+      "encode-prefill",
+      "encode-prefill-decode",
+    ]),
+});
+
+const expression = z.strictObject({
+  key: z.string().min(1),
+  operator: z.enum(["In", "NotIn", "Exists", "DoesNotExist"]),
+  values: z.array(z.string()).optional(),
+});
+
+export const selectorParams = z
+  .strictObject({
+    matchLabels: z.record(z.string(), z.string()).default({}),
+    matchExpressions: z.array(expression).default([]),
+  })
+  .superRefine((p, ctx) => {
+    p.matchExpressions.forEach((e, i) => {
+      const n = e.values?.length ?? 0;
+      if ((e.operator === "In" || e.operator === "NotIn") && n === 0) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["matchExpressions", i, "values"],
+          message: `${e.operator} needs values`,
+        });
+      }
+      if ((e.operator === "Exists" || e.operator === "DoesNotExist") && n > 0) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["matchExpressions", i, "values"],
+          message: `${e.operator} takes no values`,
+        });
+      }
+    });
+  });
+export type SelectorParams = z.output<typeof selectorParams>;
+
+export function matchesSelector(labels: Record<string, string>, s: SelectorParams): boolean {
+  for (const [k, v] of Object.entries(s.matchLabels)) if (labels[k] !== v) return false;
+  for (const e of s.matchExpressions) {
+    const v = labels[e.key];
+    const has = v !== undefined;
+    switch (e.operator) {
+      case "In":
+        if (!has || !(e.values ?? []).includes(v)) return false;
+        break;
+      case "NotIn":
+        if (has && (e.values ?? []).includes(v)) return false;
+        break;
+      case "Exists":
+        if (!has) return false;
+        break;
+      case "DoesNotExist":
+        if (has) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+export class LabelSelectorFilter implements Filter {
+  readonly typedName: TypedName;
+
+  constructor(
+    name: string,
+    readonly selector: SelectorParams,
+  ) {
+    this.typedName = { type: "label-selector-filter", name };
+  }
+
+  filter(_cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
+    return endpoints.filter((e) => matchesSelector(e.labels, this.selector));
+  }
+}
+
+export const labelSelectorSpec = spec({
+  type: "label-selector-filter",
+  stability: "stable",
+  kind: "filter",
+  summary: "Keeps endpoints matching a Kubernetes label selector (matchLabels, matchExpressions).",
+  params: selectorParams,
+  factory: (name, p) => new LabelSelectorFilter(name, p),
+});

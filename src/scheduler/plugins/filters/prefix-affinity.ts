@@ -1,0 +1,137 @@
+/**
+ * prefix-cache-affinity-filter, "sticky until saturated" (llm-d, reference §3.4, §4.4).
+ * Sticky endpoints have matchBlocks/totalBlocks ≥ affinityThreshold. None sticky → keep all.
+ * With probability explorationProbability keep all. Load gate: estimated TTFT of an endpoint is
+ * inFlightTokens / peakPrefillThroughput · 1000 ms; if the best sticky endpoint is more than
+ * maxTTFTPenaltyMs slower than the best non-sticky one, keep all (break stickiness); 0 = always
+ * stick. Otherwise keep only the sticky endpoints.
+ */
+import { z } from "zod";
+import type { Need } from "../../plugin-spec.ts";
+import { spec } from "../../plugin-spec.ts";
+import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
+import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
+import { inflightKey, matchRatio, prefixKey } from "../data.ts";
+
+export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
+
+export const affinityParams = z
+  .strictObject({
+    affinityThreshold: z.number().min(0).max(1).default(0.8),
+    explorationProbability: z.number().min(0).max(1).default(0),
+    maxTTFTPenaltyMs: z.number().nonnegative().default(18000),
+    ttftSource: z.enum(["prefillThroughput", "latencyPredictor"]).default("prefillThroughput"),
+    /** Tokens/s; Qwen3-32B on 2×H100 TP2, vLLM 0.19 (llm-d calibration). */
+    peakPrefillThroughput: z.number().nonnegative().default(15928),
+    prefixMatchInfoProducerName: z.string().min(1).optional(),
+    inFlightLoadProducerName: z.string().min(1).optional(),
+  })
+  .superRefine((p, ctx) => {
+    if (p.ttftSource === "latencyPredictor") {
+      ctx.addIssue({
+        code: "custom",
+        path: ["ttftSource"],
+        message: '"latencyPredictor" is not implemented in kvgate; use "prefillThroughput"',
+      });
+    }
+    if (p.maxTTFTPenaltyMs > 0 && p.peakPrefillThroughput === 0) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["peakPrefillThroughput"],
+        message: "must be > 0 when maxTTFTPenaltyMs > 0",
+      });
+    }
+  });
+export type AffinityParams = z.output<typeof affinityParams>;
+
+export type AffinityDecision = "not-applicable" | "exploration" | "no-match" | "load-override" | "sticky";
+
+export class PrefixCacheAffinityFilter implements Filter {
+  readonly typedName: TypedName;
+  readonly #prefix: DataKey<PrefixMatchInfo>;
+  readonly #inflight: DataKey<InFlightInfo> | null;
+  /** Decisions taken, by outcome (llm-d records the same as a metric). */
+  readonly decisions: Record<AffinityDecision, number> = {
+    "not-applicable": 0,
+    exploration: 0,
+    "no-match": 0,
+    "load-override": 0,
+    sticky: 0,
+  };
+
+  constructor(
+    name: string,
+    readonly params: AffinityParams,
+  ) {
+    this.typedName = { type: AFFINITY_FILTER_TYPE, name };
+    this.#prefix = prefixKey(params.prefixMatchInfoProducerName as string);
+    this.#inflight =
+      params.maxTTFTPenaltyMs > 0 ? inflightKey(params.inFlightLoadProducerName as string) : null;
+  }
+
+  consumes() {
+    return { required: this.#inflight ? [this.#prefix, this.#inflight] : [this.#prefix] };
+  }
+
+  filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
+    const p = this.params;
+    if (endpoints.length <= 1 || p.affinityThreshold <= 0) return this.#done("not-applicable", endpoints);
+    if (p.explorationProbability > 0 && cycle.rng.next() < p.explorationProbability) {
+      return this.#done("exploration", endpoints);
+    }
+    const info = cycle.get(this.#prefix);
+    const sticky: EndpointState[] = [];
+    const rest: EndpointState[] = [];
+    for (const e of endpoints) (matchRatio(info, e.id) >= p.affinityThreshold ? sticky : rest).push(e);
+    if (sticky.length === 0) return this.#done("no-match", endpoints);
+    if (this.#inflight !== null && rest.length > 0) {
+      const load = cycle.get(this.#inflight);
+      if (load === undefined) return this.#done("not-applicable", endpoints);
+      const penalty = this.#bestTtftMs(load, sticky) - this.#bestTtftMs(load, rest);
+      if (penalty > p.maxTTFTPenaltyMs) return this.#done("load-override", endpoints);
+    }
+    return this.#done("sticky", sticky);
+  }
+
+  #bestTtftMs(load: InFlightInfo, endpoints: readonly EndpointState[]): number {
+    let best = Number.POSITIVE_INFINITY;
+    for (const e of endpoints) {
+      const t = (load.tokens(e.id) / this.params.peakPrefillThroughput) * 1000;
+      if (t < best) best = t;
+    }
+    return best;
+  }
+
+  #done(d: AffinityDecision, eps: readonly EndpointState[]): readonly EndpointState[] {
+    this.decisions[d]++;
+    return eps;
+  }
+
+  stats() {
+    return { ...this.decisions };
+  }
+}
+
+export const affinityFilterSpec = spec({
+  type: AFFINITY_FILTER_TYPE,
+  stability: "stable",
+  kind: "filter",
+  summary: "Sticks to endpoints holding ≥ affinityThreshold of the prefix until they are too loaded.",
+  params: affinityParams,
+  needs: (p) => {
+    const needs: Need[] = [
+      { family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: true },
+    ];
+    if (p.maxTTFTPenaltyMs > 0)
+      needs.push({ family: "inflight-load", param: "inFlightLoadProducerName", required: true });
+    return needs;
+  },
+  unsupportedParams: {
+    latencyPredictionInfoProducerName:
+      "kvgate has no latency predictor yet; use ttftSource: prefillThroughput",
+    prefillCalibrationFile: "kvgate config is loaded from text, not paths; set peakPrefillThroughput instead",
+    prefillCalibrationFingerprint: "calibration records are not supported; set peakPrefillThroughput instead",
+    prefillCalibrationRequired: "calibration records are not supported; set peakPrefillThroughput instead",
+  },
+  factory: (name, p) => new PrefixCacheAffinityFilter(name, p),
+});

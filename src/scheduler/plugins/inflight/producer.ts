@@ -1,0 +1,196 @@
+/**
+ * inflight-load-producer (llm-d, reference §3.3): the gateway's own synchronous view of load.
+ * After the pick it adds one request and the request's *uncached* prompt tokens to each profile's
+ * target; at the first response chunk prefill is done, so prompt tokens are released (the
+ * `prefill` profile's entry in full); at the end the request is released. Optionally adds an
+ * output-token estimate (addEstimatedOutputTokens), held until the end.
+ */
+import { z } from "zod";
+import type { Hasher } from "../../hash.ts";
+import { spec } from "../../plugin-spec.ts";
+import type {
+  CycleState,
+  DataKey,
+  DataProducer,
+  PluginStats,
+  PreRequestHook,
+  RequestFacts,
+  ResponseHooks,
+  ScheduleResult,
+  TypedName,
+} from "../../types.ts";
+import type { InFlightInfo, InFlightLoad, PrefixMatchInfo } from "../data.ts";
+import { inflightKey, prefixKey } from "../data.ts";
+import { flatPrompt } from "../prefix/hashing.ts";
+import { PREFILL_PROFILE } from "../prefix/producer.ts";
+
+export const INFLIGHT_TYPE = "inflight-load-producer";
+
+export const inflightParams = z.strictObject({
+  addEstimatedOutputTokens: z.boolean().default(false),
+  outputRatio: z.number().nonnegative().default(1.5),
+  maxEstimatedOutputTokens: z.number().int().nonnegative().optional(),
+  prefixMatchInfoProducerName: z.string().min(1).optional(),
+});
+export type InflightParams = z.output<typeof inflightParams>;
+
+interface Entry {
+  endpointId: string;
+  profile: string;
+  tokens: number;
+  holdsRequest: boolean;
+}
+
+export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
+  readonly typedName: TypedName;
+  readonly #key: DataKey<InFlightInfo>;
+  readonly #prefix: DataKey<PrefixMatchInfo> | null;
+  readonly #requests = new Map<string, number>();
+  readonly #tokens = new Map<string, number>();
+  readonly #records = new Map<string, Entry[]>();
+
+  constructor(
+    name: string,
+    readonly params: InflightParams,
+    readonly hasher: Hasher | null = null,
+  ) {
+    this.typedName = { type: INFLIGHT_TYPE, name };
+    this.#key = inflightKey(name);
+    this.#prefix = params.prefixMatchInfoProducerName ? prefixKey(params.prefixMatchInfoProducerName) : null;
+  }
+
+  produces(): DataKey<unknown>[] {
+    return [this.#key];
+  }
+
+  consumes() {
+    return { required: [], optional: this.#prefix ? [this.#prefix] : [] };
+  }
+
+  /** Current counters of an endpoint. */
+  load(endpointId: string): InFlightLoad {
+    return { requests: this.#requests.get(endpointId) ?? 0, tokens: this.#tokens.get(endpointId) ?? 0 };
+  }
+
+  produce(cycle: CycleState): void {
+    const estimate = this.#estimator(cycle);
+    cycle.set(this.#key, {
+      requests: (id) => this.#requests.get(id) ?? 0,
+      tokens: (id) => this.#tokens.get(id) ?? 0,
+      uncachedRequestTokens: estimate,
+    });
+  }
+
+  /**
+   * Uncached prompt tokens on an endpoint: (totalBlocks − matchBlocks)·blockSize plus any prompt
+   * tail beyond the hashed blocks (llm-d uncachedInputTokens); the whole prompt without prefix
+   * info; plus the output estimate when enabled. Per-request values are computed once.
+   */
+  #estimator(cycle: CycleState): (endpointId: string) => number {
+    const input = flatPrompt(cycle, this.hasher).tokenCount;
+    const info = this.#prefix ? cycle.get(this.#prefix) : undefined;
+    const extra = this.params.addEstimatedOutputTokens
+      ? this.#outputEstimate(input, cycle.request.maxTokens)
+      : 0;
+    if (info === undefined || info.blockSizeTokens <= 0) return () => input + extra;
+    const indexed = info.totalBlocks * info.blockSizeTokens;
+    const tail = Math.max(0, input - indexed) + extra;
+    const bs = info.blockSizeTokens;
+    return (id) => Math.max(0, indexed - info.matchBlocks(id) * bs) + tail;
+  }
+
+  #outputEstimate(input: number, maxTokens: number | undefined): number {
+    let est = Math.round(input * this.params.outputRatio);
+    const cap = this.params.maxEstimatedOutputTokens;
+    if (cap !== undefined && est > cap) est = cap;
+    if (maxTokens !== undefined && maxTokens >= 0 && est > maxTokens) est = maxTokens;
+    return est;
+  }
+
+  preRequest(cycle: CycleState, result: ScheduleResult): void {
+    const estimate = this.#estimator(cycle);
+    const entries = this.#records.get(result.requestId) ?? [];
+    for (const [profile, r] of Object.entries(result.profiles)) {
+      if (r.target === null) continue;
+      const id = r.target.id;
+      const tokens = estimate(id);
+      bump(this.#requests, id, 1);
+      bump(this.#tokens, id, tokens);
+      entries.push({ endpointId: id, profile, tokens, holdsRequest: true });
+    }
+    if (entries.length > 0) this.#records.set(result.requestId, entries);
+  }
+
+  onResponseStarted(req: RequestFacts, endpointId: string): void {
+    const entries = this.#records.get(req.requestId);
+    if (entries === undefined) return;
+    this.#reattribute(entries, endpointId);
+    for (const e of entries) {
+      if (e.profile === PREFILL_PROFILE) this.#release(e, true);
+      else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
+    }
+  }
+
+  onResponseComplete(req: RequestFacts, endpointId: string): void {
+    const entries = this.#records.get(req.requestId);
+    if (entries === undefined) return;
+    this.#reattribute(entries, endpointId);
+    for (const e of entries) this.#release(e, true);
+    this.#records.delete(req.requestId);
+  }
+
+  /** After a failover the served endpoint carries the load, not the first pick. */
+  #reattribute(entries: Entry[], served: string): void {
+    const primary = entries.find((e) => e.profile !== PREFILL_PROFILE);
+    if (primary === undefined || primary.endpointId === served || served === "") return;
+    if (primary.holdsRequest) {
+      bump(this.#requests, primary.endpointId, -1);
+      bump(this.#requests, served, 1);
+    }
+    bump(this.#tokens, primary.endpointId, -primary.tokens);
+    bump(this.#tokens, served, primary.tokens);
+    primary.endpointId = served;
+  }
+
+  #release(e: Entry, request: boolean): void {
+    if (e.tokens !== 0) {
+      bump(this.#tokens, e.endpointId, -e.tokens);
+      e.tokens = 0;
+    }
+    if (request && e.holdsRequest) {
+      bump(this.#requests, e.endpointId, -1);
+      e.holdsRequest = false;
+    }
+  }
+
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#requests.keys()]) if (!pool.has(id)) this.#requests.delete(id);
+    for (const id of [...this.#tokens.keys()]) if (!pool.has(id)) this.#tokens.delete(id);
+  }
+
+  stats(): PluginStats {
+    let requests = 0;
+    let tokens = 0;
+    for (const v of this.#requests.values()) requests += v;
+    for (const v of this.#tokens.values()) tokens += v;
+    return { inflightRequests: requests, inflightTokens: tokens, trackedRequests: this.#records.size };
+  }
+}
+
+/** Adds `delta`, flooring at 0 and dropping zero entries. */
+function bump(m: Map<string, number>, id: string, delta: number): void {
+  const v = (m.get(id) ?? 0) + delta;
+  if (v > 0) m.set(id, v);
+  else m.delete(id);
+}
+
+export const inflightSpec = spec({
+  type: INFLIGHT_TYPE,
+  stability: "stable",
+  kind: "producer",
+  summary: "Counts the gateway's in-flight requests and uncached prompt tokens per endpoint.",
+  params: inflightParams,
+  produces: ["inflight-load"],
+  needs: () => [{ family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: false }],
+  factory: (name, p, handle) => new InflightLoadProducer(name, p, handle.hasher),
+});

@@ -1,0 +1,181 @@
+/**
+ * Prompt → prefix block hashes, following llm-d's approximate prefix producer (reference §3.1,
+ * llm-d-router approximateprefix/hashing.go):
+ *   h0  = xxh64(utf8(model) || utf8(cacheSalt))
+ *   b_i = xxh64(block_i bytes)             (token ids as LE uint32; or raw prompt bytes)
+ *   h_i = xxh64(LE64(b_i) || LE64(h_{i-1}))
+ * The trailing partial block is hashed. Without real token ids the flattened prompt's UTF-8 bytes
+ * are the pseudo-tokens, 4 bytes each; hashing the raw bytes of a block equals hashing its packed
+ * LE uint32 pseudo-tokens, except that a trailing partial pseudo-token stays unpadded, as in llm-d.
+ */
+import type { Hasher } from "../../hash.ts";
+import type { CycleState, PromptInput, RequestFacts } from "../../types.ts";
+import { dataKey } from "../../types.ts";
+
+/** Bytes per pseudo-token (llm-d averageCharactersPerToken). */
+export const BYTES_PER_TOKEN = 4;
+/**
+ * Pseudo-tokens standing in for one non-text chat part (image, audio, video). llm-d estimates a
+ * per-modality count; kvgate uses one fixed run so the part still shifts later block boundaries.
+ */
+export const MULTIMODAL_PLACEHOLDER_TOKENS = 64;
+
+export type PromptSegment = { kind: "bytes"; bytes: Uint8Array } | { kind: "tokens"; tokens: Uint32Array };
+
+/** The request's prompt(s) as hashable segments; multi-prompt completions hash per prompt. */
+export interface FlatPrompt {
+  segments: PromptSegment[];
+  /** Prompt tokens: real ids when given, else ceil(bytes / 4) per segment. */
+  tokenCount: number;
+}
+
+const PROMPT_KEY = dataKey<FlatPrompt>("kvgate/flat-prompt");
+const encoder = new TextEncoder();
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/** The flattened prompt of the cycle's request, computed once per request. */
+export function flatPrompt(cycle: CycleState, hasher: Hasher | null): FlatPrompt {
+  return cycle.memo(PROMPT_KEY, () => flattenPrompt(cycle.request, hasher));
+}
+
+export function flattenPrompt(req: RequestFacts, hasher: Hasher | null): FlatPrompt {
+  if (req.tokenIds && req.tokenIds.length > 0) {
+    const tokens = new Uint32Array(req.tokenIds);
+    return { segments: [{ kind: "tokens", tokens }], tokenCount: tokens.length };
+  }
+  const segments = segmentsOf(req.prompt, hasher);
+  let tokenCount = 0;
+  for (const s of segments) {
+    tokenCount += s.kind === "tokens" ? s.tokens.length : Math.ceil(s.bytes.length / BYTES_PER_TOKEN);
+  }
+  return { segments, tokenCount };
+}
+
+function segmentsOf(p: PromptInput, hasher: Hasher | null): PromptSegment[] {
+  if (p.kind === "chat") return [{ kind: "bytes", bytes: flattenChat(p.messages, p.tools, hasher) }];
+  const prompt = p.prompt;
+  if (typeof prompt === "string") return [{ kind: "bytes", bytes: encoder.encode(prompt) }];
+  if (prompt.length === 0) return [];
+  if (typeof prompt[0] === "string") {
+    return (prompt as string[]).map((s) => ({ kind: "bytes", bytes: encoder.encode(s) }));
+  }
+  if (typeof prompt[0] === "number") return [{ kind: "tokens", tokens: new Uint32Array(prompt as number[]) }];
+  return (prompt as number[][]).map((t) => ({ kind: "tokens", tokens: new Uint32Array(t) }));
+}
+
+/**
+ * Chat flattening: json(tools) when present, then per message its role followed by its content
+ * text, with no separators (llm-d). A non-text part pads to a 4-byte boundary and appends
+ * MULTIMODAL_PLACEHOLDER_TOKENS copies of the low 32 bits of xxh64(its url, or its JSON).
+ */
+export function flattenChat(
+  messages: readonly { role: string; content?: unknown }[],
+  tools: unknown,
+  hasher: Hasher | null,
+): Uint8Array {
+  const w = new ByteWriter();
+  if (tools !== undefined && tools !== null) w.text(JSON.stringify(tools));
+  for (const m of messages) {
+    w.text(m.role ?? "");
+    const c = m.content;
+    if (typeof c === "string") {
+      w.text(c);
+    } else if (Array.isArray(c)) {
+      for (const part of c as { type?: string; text?: string; [k: string]: unknown }[]) {
+        if (part.type === "text") w.text(part.text ?? "");
+        else w.placeholders(part, hasher);
+      }
+    }
+  }
+  return w.done();
+}
+
+/** Appends UTF-8 text and placeholder runs into one shared, growing scratch buffer. */
+class ByteWriter {
+  static #buf = new Uint8Array(1 << 16);
+  #len = 0;
+
+  text(s: string): void {
+    if (s.length === 0) return;
+    this.#reserve(s.length * 3);
+    this.#len += encoder.encodeInto(s, ByteWriter.#buf.subarray(this.#len)).written;
+  }
+
+  placeholders(part: Record<string, unknown>, hasher: Hasher | null): void {
+    const pad = (BYTES_PER_TOKEN - (this.#len % BYTES_PER_TOKEN)) % BYTES_PER_TOKEN;
+    this.#reserve(pad + MULTIMODAL_PLACEHOLDER_TOKENS * BYTES_PER_TOKEN);
+    const buf = ByteWriter.#buf;
+    buf.fill(0, this.#len, this.#len + pad);
+    this.#len += pad;
+    const url =
+      (part.image_url as { url?: string } | undefined)?.url ??
+      (part.video_url as { url?: string } | undefined)?.url;
+    const key = encoder.encode(url ?? JSON.stringify(part));
+    const h = hasher ? Number(hasher.h64(key) & 0xffffffffn) : 0;
+    const dv = new DataView(buf.buffer);
+    for (let i = 0; i < MULTIMODAL_PLACEHOLDER_TOKENS; i++, this.#len += BYTES_PER_TOKEN)
+      dv.setUint32(this.#len, h, true);
+  }
+
+  /** A copy of the bytes written (the scratch buffer is reused by the next request). */
+  done(): Uint8Array {
+    return ByteWriter.#buf.slice(0, this.#len);
+  }
+
+  #reserve(n: number): void {
+    const buf = ByteWriter.#buf;
+    if (this.#len + n <= buf.length) return;
+    const next = new Uint8Array(Math.max(buf.length * 2, this.#len + n));
+    next.set(buf.subarray(0, this.#len));
+    ByteWriter.#buf = next;
+  }
+}
+
+/** h0 = xxh64(utf8(model) || utf8(cacheSalt)). */
+export function rootHash(hasher: Hasher, model: string, cacheSalt: string | undefined): bigint {
+  return hasher.h64(encoder.encode(model + (cacheSalt ?? "")));
+}
+
+const scratch = new Uint8Array(16);
+const scratchView = new DataView(scratch.buffer);
+
+/** Appends up to `maxBlocks` chained block hashes of `seg` to `out`. */
+export function chainHashes(
+  hasher: Hasher,
+  h0: bigint,
+  seg: PromptSegment,
+  blockSizeTokens: number,
+  maxBlocks: number,
+  out: bigint[],
+): void {
+  const bytes = seg.kind === "bytes" ? seg.bytes : tokenBytes(seg.tokens);
+  chainFrom(hasher, bytes, blockSizeTokens * BYTES_PER_TOKEN, maxBlocks, 0, h0, out);
+}
+
+/** Continues a chain at block `first` (whose parent hash is `prev`), appending to `out`. */
+export function chainFrom(
+  hasher: Hasher,
+  bytes: Uint8Array,
+  blockBytes: number,
+  maxBlocks: number,
+  first: number,
+  prev: bigint,
+  out: bigint[],
+): void {
+  for (let i = first, off = first * blockBytes; off < bytes.length && i < maxBlocks; i++, off += blockBytes) {
+    const b = hasher.h64(bytes.subarray(off, Math.min(off + blockBytes, bytes.length)));
+    scratchView.setBigUint64(0, b, true);
+    scratchView.setBigUint64(8, prev, true);
+    prev = hasher.h64(scratch);
+    out.push(prev);
+  }
+}
+
+/** Token ids as little-endian uint32 bytes. */
+export function tokenBytes(tokens: Uint32Array): Uint8Array {
+  if (LITTLE_ENDIAN) return new Uint8Array(tokens.buffer, tokens.byteOffset, tokens.byteLength);
+  const out = new Uint8Array(tokens.length * 4);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < tokens.length; i++) dv.setUint32(i * 4, tokens[i], true);
+  return out;
+}

@@ -1,0 +1,189 @@
+/**
+ * approx-prefix-cache-producer (llm-d, reference §3.1): hashes the request's prompt into chained
+ * block hashes once per request, looks them up in the approximate index, and writes
+ * PrefixMatchInfo for every candidate. After the pick (PreRequest) it records the blocks on the
+ * chosen endpoint (and on the `prefill` profile's endpoint), learning only from its own decisions.
+ */
+import { z } from "zod";
+import type { Hasher } from "../../hash.ts";
+import type { PluginHandle } from "../../plugin-spec.ts";
+import { spec } from "../../plugin-spec.ts";
+import type {
+  CycleState,
+  DataKey,
+  DataProducer,
+  EndpointState,
+  PluginStats,
+  PreRequestHook,
+  ScheduleResult,
+  TypedName,
+} from "../../types.ts";
+import type { PrefixMatchInfo } from "../data.ts";
+import { prefixKey } from "../data.ts";
+import { ChainCache } from "./chain-cache.ts";
+import { flatPrompt, rootHash } from "./hashing.ts";
+import { ApproxPrefixIndex } from "./indexer.ts";
+
+export const APPROX_PREFIX_TYPE = "approx-prefix-cache-producer";
+/** Block-size floor: smaller blocks blow up index memory (llm-d-router#1158). */
+export const MIN_BLOCK_SIZE_TOKENS = 64;
+/** Profile whose target also learns the blocks in P/D (hard-coded in llm-d too). */
+export const PREFILL_PROFILE = "prefill";
+
+export const approxPrefixParams = z.strictObject({
+  autoTune: z.boolean().default(true),
+  blockSizeTokens: z.number().int().positive().default(16),
+  /** Deprecated (characters); mapped onto blockSizeTokens when that is left at its default. */
+  blockSize: z.number().int().positive().optional(),
+  maxPrefixBlocksToMatch: z.number().int().nonnegative().default(2048),
+  maxPrefixTokensToMatch: z.number().int().nonnegative().default(131072),
+  lruCapacityPerServer: z.number().int().positive().default(31250),
+});
+export type ApproxPrefixParams = z.output<typeof approxPrefixParams>;
+
+class MatchInfo implements PrefixMatchInfo {
+  constructor(
+    readonly totalBlocks: number,
+    readonly blockSizeTokens: number,
+    readonly promptTokens: number,
+    readonly counts: Map<string, number>,
+    readonly hashes: bigint[][],
+  ) {}
+  get anyMatch(): boolean {
+    return this.counts.size > 0;
+  }
+  matchBlocks(endpointId: string): number {
+    return this.counts.get(endpointId) ?? 0;
+  }
+}
+
+export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
+  readonly typedName: TypedName;
+  readonly index = new ApproxPrefixIndex();
+  readonly #key: DataKey<PrefixMatchInfo>;
+  readonly #roots = new Map<string, bigint>();
+  readonly #chains = new ChainCache();
+  #hitBlocks = 0;
+  #lookupBlocks = 0;
+
+  constructor(
+    name: string,
+    readonly params: ApproxPrefixParams,
+    readonly hasher: Hasher,
+  ) {
+    this.typedName = { type: APPROX_PREFIX_TYPE, name };
+    this.#key = prefixKey(name);
+  }
+
+  produces(): DataKey<unknown>[] {
+    return [this.#key];
+  }
+
+  /** Effective block size: endpoint metric under autoTune, else configured; floored at 64. */
+  blockSize(endpoints: readonly EndpointState[]): number {
+    const p = this.params;
+    let bs = p.blockSize !== undefined && p.blockSizeTokens === 16 ? p.blockSize : p.blockSizeTokens;
+    const m = endpoints[0]?.metrics;
+    if (p.autoTune && m?.cacheBlockSize !== undefined && m.cacheBlockSize > 0) bs = m.cacheBlockSize;
+    return Math.max(bs, MIN_BLOCK_SIZE_TOKENS);
+  }
+
+  /** maxPrefixTokensToMatch wins when > 0; both caps 0 means unlimited. */
+  maxBlocks(blockSize: number): number {
+    const p = this.params;
+    if (p.maxPrefixTokensToMatch > 0) return Math.floor(p.maxPrefixTokensToMatch / blockSize);
+    return p.maxPrefixBlocksToMatch === 0 ? Number.POSITIVE_INFINITY : p.maxPrefixBlocksToMatch;
+  }
+
+  produce(cycle: CycleState, candidates: readonly EndpointState[]): void {
+    const req = cycle.request;
+    const fp = flatPrompt(cycle, this.hasher);
+    const bs = this.blockSize(candidates);
+    const maxBlocks = this.maxBlocks(bs);
+    const h0 = this.#root(req.model, req.cacheSalt);
+    const perPrompt: bigint[][] = [];
+    let counts: Map<string, number> | null = null;
+    let total = 0;
+    for (const seg of fp.segments) {
+      const hashes: bigint[] = [];
+      this.#chains.hash(this.hasher, h0, seg, bs, maxBlocks, hashes);
+      perPrompt.push(hashes);
+      total += hashes.length;
+      const m = this.index.match(hashes).counts;
+      if (counts === null) counts = m;
+      else for (const [id, n] of m) counts.set(id, (counts.get(id) ?? 0) + n);
+    }
+    cycle.set(this.#key, new MatchInfo(total, bs, fp.tokenCount, counts ?? new Map(), perPrompt));
+  }
+
+  preRequest(cycle: CycleState, result: ScheduleResult): void {
+    const info = cycle.get(this.#key) as MatchInfo | undefined;
+    const primary = result.target;
+    if (info === undefined || primary === null) return;
+    const targets = [primary];
+    const prefill = result.profiles[PREFILL_PROFILE]?.target;
+    if (prefill && prefill.id !== primary.id) targets.push(prefill);
+    for (const t of targets) {
+      const cap = this.capacity(t, info.blockSizeTokens);
+      for (const hashes of info.hashes) this.index.add(t.id, hashes, cap);
+    }
+    this.#hitBlocks += info.matchBlocks(primary.id);
+    this.#lookupBlocks += info.totalBlocks;
+  }
+
+  /**
+   * LRU capacity in index blocks: under autoTune the endpoint's KV pool converted to this index's
+   * block size (llm-d uses the raw block count, overstating capacity when blocks are coarser);
+   * otherwise lruCapacityPerServer.
+   */
+  capacity(ep: EndpointState, blockSize: number): number {
+    const m = ep.metrics;
+    if (this.params.autoTune && m?.cacheNumBlocks !== undefined && m.cacheNumBlocks > 0) {
+      const vllmBlock = m.cacheBlockSize !== undefined && m.cacheBlockSize > 0 ? m.cacheBlockSize : blockSize;
+      return Math.max(1, Math.floor((m.cacheNumBlocks * vllmBlock) / blockSize));
+    }
+    return this.params.lruCapacityPerServer;
+  }
+
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    this.index.retain(pool);
+  }
+
+  stats(): PluginStats {
+    return {
+      indexSize: this.index.size,
+      distinctBlocks: this.index.distinctBlocks,
+      endpoints: this.index.endpointCount,
+      hitBlocks: this.#hitBlocks,
+      lookupBlocks: this.#lookupBlocks,
+      hitRatio: this.#lookupBlocks === 0 ? 0 : this.#hitBlocks / this.#lookupBlocks,
+      hashCacheHits: this.#chains.hits,
+      hashCacheReusedBlocks: this.#chains.reusedBlocks,
+    };
+  }
+
+  #root(model: string, salt: string | undefined): bigint {
+    const k = `${model}\u0000${salt ?? ""}`;
+    let h = this.#roots.get(k);
+    if (h === undefined) {
+      h = rootHash(this.hasher, model, salt);
+      if (this.#roots.size >= 1024) this.#roots.clear();
+      this.#roots.set(k, h);
+    }
+    return h;
+  }
+}
+
+export const approxPrefixSpec = spec({
+  type: APPROX_PREFIX_TYPE,
+  stability: "stable",
+  kind: "producer",
+  summary: "Approximate prefix index learned from routing decisions; writes prefix match info.",
+  params: approxPrefixParams,
+  produces: ["prefix-match-info"],
+  deprecatedParams: { blockSize: "blockSizeTokens" },
+  factory: (name, params, handle: PluginHandle) => {
+    if (handle.hasher === null) throw new Error(`${APPROX_PREFIX_TYPE} "${name}" needs a hasher`);
+    return new ApproxPrefixProducer(name, params, handle.hasher);
+  },
+});

@@ -1,0 +1,177 @@
+/**
+ * Profile handlers and P/D deciders (llm-d, reference §3.7, §5.1).
+ *   single-profile-handler   runs the one profile; it is primary.
+ *   disagg-profile-handler   minimal P/D: runs `decode` first (primary), then `prefill` when the
+ *                            prefill decider approves for the decode target. Encode stages and
+ *                            stageOrder are not implemented. The gateway sends x-prefiller-host-port
+ *                            from the prefill profile's target.
+ *   prefix-based-pd-decider  disaggregate iff nonCachedTokens > 0, prompt ≥ promptTokens (when
+ *                            > 0), prompt ≥ nonCachedTokens, and prompt − cached tokens on the
+ *                            decode target ≥ nonCachedTokens.
+ *   always-disagg-pd-decider always.
+ */
+import { z } from "zod";
+import type { PluginHandle } from "../../plugin-spec.ts";
+import { spec } from "../../plugin-spec.ts";
+import type {
+  CycleState,
+  DataKey,
+  Decider,
+  EndpointState,
+  ProfileHandler,
+  ProfileView,
+  TypedName,
+} from "../../types.ts";
+import { isDecider } from "../../types.ts";
+import type { PrefixMatchInfo } from "../data.ts";
+import { prefixKey } from "../data.ts";
+import { flatPrompt } from "../prefix/hashing.ts";
+
+export class SingleProfileHandler implements ProfileHandler {
+  readonly typedName: TypedName;
+  #profile = "default";
+
+  constructor(name: string) {
+    this.typedName = { type: "single-profile-handler", name };
+  }
+
+  pickProfiles(cycle: CycleState, profiles: ReadonlyMap<string, ProfileView>): string[] {
+    if (cycle.profileResults.size > 0) return [];
+    this.#profile = profiles.keys().next().value as string;
+    return [this.#profile];
+  }
+
+  primaryProfile(): string {
+    return this.#profile;
+  }
+}
+
+export const disaggParams = z.strictObject({
+  profiles: z
+    .strictObject({
+      decode: z.string().min(1).default("decode"),
+      prefill: z.string().min(1).default("prefill"),
+      encode: z.string().min(1).default("encode"),
+    })
+    .default({ decode: "decode", prefill: "prefill", encode: "encode" }),
+  deciders: z
+    .strictObject({ prefill: z.string().min(1).optional(), encode: z.string().min(1).optional() })
+    .default({}),
+});
+export type DisaggParams = z.output<typeof disaggParams>;
+
+export class DisaggProfileHandler implements ProfileHandler {
+  readonly typedName: TypedName;
+
+  constructor(
+    name: string,
+    readonly params: DisaggParams,
+    readonly handle: PluginHandle,
+  ) {
+    this.typedName = { type: "disagg-profile-handler", name };
+  }
+
+  pickProfiles(cycle: CycleState): string[] {
+    const { decode, prefill } = this.params.profiles;
+    const done = cycle.profileResults;
+    if (!done.has(decode)) return [decode];
+    const target = done.get(decode)?.target;
+    const deciderName = this.params.deciders.prefill;
+    if (done.has(prefill) || !target || deciderName === undefined) return [];
+    return this.decider(deciderName).decide(cycle, target) ? [prefill] : [];
+  }
+
+  primaryProfile(): string {
+    return this.params.profiles.decode;
+  }
+
+  decider(name: string): Decider {
+    const d = this.handle.plugin(name);
+    if (d === undefined || !isDecider(d))
+      throw new Error(`disagg-profile-handler: "${name}" is not a decider`);
+    return d;
+  }
+}
+
+export const pdDeciderParams = z.strictObject({
+  nonCachedTokens: z.number().int().nonnegative().default(0),
+  promptTokens: z.number().int().nonnegative().default(0),
+  prefixMatchInfoProducerName: z.string().min(1).optional(),
+});
+
+export class PrefixBasedPdDecider implements Decider {
+  readonly typedName: TypedName;
+  readonly #key: DataKey<PrefixMatchInfo>;
+
+  constructor(
+    name: string,
+    readonly params: z.output<typeof pdDeciderParams>,
+    readonly handle: PluginHandle,
+  ) {
+    this.typedName = { type: "prefix-based-pd-decider", name };
+    this.#key = prefixKey(params.prefixMatchInfoProducerName as string);
+  }
+
+  consumes() {
+    return { required: [this.#key] };
+  }
+
+  decide(cycle: CycleState, decodeTarget: EndpointState): boolean {
+    const { nonCachedTokens, promptTokens } = this.params;
+    if (nonCachedTokens === 0) return false;
+    const input = flatPrompt(cycle, this.handle.hasher).tokenCount;
+    if (promptTokens > 0 && input < promptTokens) return false;
+    if (input < nonCachedTokens) return false;
+    const info = cycle.get(this.#key);
+    if (info === undefined) return false;
+    return input - info.matchBlocks(decodeTarget.id) * info.blockSizeTokens >= nonCachedTokens;
+  }
+}
+
+export class AlwaysDisaggDecider implements Decider {
+  readonly typedName: TypedName;
+  constructor(name: string) {
+    this.typedName = { type: "always-disagg-pd-decider", name };
+  }
+  decide(): boolean {
+    return true;
+  }
+}
+
+export const singleProfileHandlerSpec = spec({
+  type: "single-profile-handler",
+  stability: "stable",
+  kind: "profile-handler",
+  summary: "Runs the single scheduling profile.",
+  params: z.strictObject({}),
+  factory: (name) => new SingleProfileHandler(name),
+});
+
+export const disaggProfileHandlerSpec = spec({
+  type: "disagg-profile-handler",
+  stability: "alpha",
+  kind: "profile-handler",
+  summary: "Minimal P/D: decode profile (primary), then prefill profile when the prefill decider approves.",
+  params: disaggParams,
+  unsupportedParams: { stageOrder: "kvgate always runs decode first, then prefill" },
+  factory: (name, p, handle) => new DisaggProfileHandler(name, p, handle),
+});
+
+export const prefixPdDeciderSpec = spec({
+  type: "prefix-based-pd-decider",
+  stability: "alpha",
+  kind: "decider",
+  summary: "Runs prefill separately when the decode target lacks at least nonCachedTokens of the prompt.",
+  params: pdDeciderParams,
+  needs: () => [{ family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: true }],
+  factory: (name, p, handle) => new PrefixBasedPdDecider(name, p, handle),
+});
+
+export const alwaysPdDeciderSpec = spec({
+  type: "always-disagg-pd-decider",
+  stability: "alpha",
+  kind: "decider",
+  summary: "Always runs prefill separately.",
+  params: z.strictObject({}),
+  factory: (name) => new AlwaysDisaggDecider(name),
+});

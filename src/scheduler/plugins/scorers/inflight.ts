@@ -1,0 +1,141 @@
+/**
+ * Scorers on the gateway's in-flight counters (inflight-load-producer), reference §3.3:
+ *   active-request-scorer  count ≤ idleThreshold → 1; else (maxCount − count)/maxCount · maxBusyScore
+ *   token-load-scorer      1 − min(1, (inFlightTokens + this request's uncached tokens)/queueThresholdTokens)
+ *   least-request-scorer   kvgate-only baseline: min-max over in-flight requests (fewest → 1, all equal → 1)
+ */
+import { z } from "zod";
+import { spec } from "../../plugin-spec.ts";
+import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
+import type { InFlightInfo } from "../data.ts";
+import { inflightKey, need } from "../data.ts";
+import { minMaxLowerIsBetter } from "./metrics.ts";
+
+const producerParam = z.string().min(1).optional();
+const inflightNeed = () => [
+  { family: "inflight-load" as const, param: "inFlightLoadProducerName", required: true },
+];
+
+abstract class InflightScorer implements Scorer {
+  readonly typedName: TypedName;
+  readonly category = "distribution" as const;
+  protected readonly key: DataKey<InFlightInfo>;
+
+  constructor(type: string, name: string, producerName: string) {
+    this.typedName = { type, name };
+    this.key = inflightKey(producerName);
+  }
+
+  consumes() {
+    return { required: [this.key] };
+  }
+
+  protected info(cycle: CycleState): InFlightInfo {
+    return need(cycle, this.key, this.typedName.name);
+  }
+
+  abstract score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array;
+}
+
+export const activeRequestParams = z.strictObject({
+  idleThreshold: z.number().int().nonnegative().default(0),
+  maxBusyScore: z.number().min(0).max(1).default(1),
+  inFlightLoadProducerName: producerParam,
+  /** Deprecated and ignored in llm-d too. */
+  requestTimeout: z.string().optional(),
+});
+
+export class ActiveRequestScorer extends InflightScorer {
+  constructor(
+    name: string,
+    readonly params: z.output<typeof activeRequestParams>,
+  ) {
+    super("active-request-scorer", name, params.inFlightLoadProducerName as string);
+  }
+
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
+    const info = this.info(cycle);
+    const counts = endpoints.map((e) => info.requests(e.id));
+    let max = 0;
+    for (const c of counts) if (c > max) max = c;
+    const out = new Float64Array(endpoints.length);
+    for (let i = 0; i < counts.length; i++) {
+      const c = counts[i];
+      out[i] = c <= this.params.idleThreshold ? 1 : ((max - c) / max) * this.params.maxBusyScore;
+    }
+    return out;
+  }
+}
+
+export const tokenLoadParams = z.strictObject({
+  queueThresholdTokens: z.number().int().positive().default(4194304),
+  inFlightLoadProducerName: producerParam,
+});
+
+export class TokenLoadScorer extends InflightScorer {
+  constructor(
+    name: string,
+    readonly params: z.output<typeof tokenLoadParams>,
+  ) {
+    super("token-load-scorer", name, params.inFlightLoadProducerName as string);
+  }
+
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
+    const info = this.info(cycle);
+    const threshold = this.params.queueThresholdTokens;
+    const out = new Float64Array(endpoints.length);
+    for (let i = 0; i < endpoints.length; i++) {
+      const id = endpoints[i].id;
+      const tokens = info.tokens(id) + info.uncachedRequestTokens(id);
+      out[i] = tokens <= 0 ? 1 : 1 - Math.min(tokens, threshold) / threshold;
+    }
+    return out;
+  }
+}
+
+export const leastRequestParams = z.strictObject({ inFlightLoadProducerName: producerParam });
+
+export class LeastRequestScorer extends InflightScorer {
+  constructor(name: string, params: z.output<typeof leastRequestParams>) {
+    super("least-request-scorer", name, params.inFlightLoadProducerName as string);
+  }
+
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
+    const info = this.info(cycle);
+    const raw = new Float64Array(endpoints.length);
+    for (let i = 0; i < endpoints.length; i++) raw[i] = info.requests(endpoints[i].id);
+    return minMaxLowerIsBetter(raw);
+  }
+}
+
+export const activeRequestSpec = spec({
+  type: "active-request-scorer",
+  stability: "stable",
+  kind: "scorer",
+  summary: "Prefers endpoints with fewer in-flight requests; idle endpoints score 1.",
+  params: activeRequestParams,
+  needs: inflightNeed,
+  deprecatedParams: { requestTimeout: "nothing (in-flight tracking is done by inflight-load-producer)" },
+  factory: (name, p) => new ActiveRequestScorer(name, p),
+});
+
+export const tokenLoadSpec = spec({
+  type: "token-load-scorer",
+  stability: "stable",
+  kind: "scorer",
+  summary: "Prefers endpoints with fewer in-flight uncached prompt tokens, counting this request's.",
+  params: tokenLoadParams,
+  needs: inflightNeed,
+  factory: (name, p) => new TokenLoadScorer(name, p),
+});
+
+export const leastRequestSpec = spec({
+  type: "least-request-scorer",
+  stability: "stable",
+  kind: "scorer",
+  kvgateOnly: true,
+  summary: "kvgate baseline: fewest in-flight requests wins (min-max normalised; ties broken by the picker).",
+  params: leastRequestParams,
+  needs: inflightNeed,
+  factory: (name, p) => new LeastRequestScorer(name, p),
+});

@@ -1,0 +1,184 @@
+/**
+ * The plugin registry: an explicit instance built from a list of specs (no registration as a side
+ * effect of importing). builtinRegistry() lists every plugin kvgate ships; tests and the simulator
+ * can build their own. Known llm-d types kvgate does not implement are listed so configs naming
+ * them fail with a clear "not implemented" instead of "unknown type".
+ */
+import { utilizationDetectorSpec } from "../flow/utilization-detector.ts";
+import type { PluginSpec } from "./plugin-spec.ts";
+import {
+  decodeFilterSpec,
+  encodeFilterSpec,
+  labelSelectorSpec,
+  prefillFilterSpec,
+} from "./plugins/filters/labels.ts";
+import { affinityFilterSpec } from "./plugins/filters/prefix-affinity.ts";
+import { inflightSpec } from "./plugins/inflight/producer.ts";
+import {
+  maxScorePickerSpec,
+  randomPickerSpec,
+  roundRobinPickerSpec,
+  weightedRandomPickerSpec,
+} from "./plugins/pickers/pickers.ts";
+import { approxPrefixSpec } from "./plugins/prefix/producer.ts";
+import {
+  alwaysPdDeciderSpec,
+  disaggProfileHandlerSpec,
+  prefixPdDeciderSpec,
+  singleProfileHandlerSpec,
+} from "./plugins/profiles/handlers.ts";
+import { activeRequestSpec, leastRequestSpec, tokenLoadSpec } from "./plugins/scorers/inflight.ts";
+import {
+  kvCacheScorerSpec,
+  loadAwareScorerSpec,
+  queueScorerSpec,
+  runningRequestsScorerSpec,
+} from "./plugins/scorers/metrics.ts";
+import { noHitLruSpec } from "./plugins/scorers/no-hit-lru.ts";
+import { prefixScorerSpec } from "./plugins/scorers/prefix.ts";
+import { sessionFilterSpec, sessionScorerSpec } from "./plugins/session.ts";
+import type { DataFamily } from "./types.ts";
+
+export class PluginRegistry {
+  readonly #specs = new Map<string, PluginSpec>();
+  readonly #unimplemented = new Map<string, string>();
+  readonly #ignored = new Map<string, string>();
+  readonly #defaultProducers: Record<DataFamily, string>;
+
+  constructor(
+    specs: readonly PluginSpec[],
+    defaultProducers: Record<DataFamily, string>,
+    unimplemented: Record<string, string> = {},
+    ignored: Record<string, string> = {},
+  ) {
+    for (const s of specs) {
+      if (this.#specs.has(s.type)) throw new Error(`plugin type "${s.type}" registered twice`);
+      this.#specs.set(s.type, s);
+    }
+    for (const [family, type] of Object.entries(defaultProducers)) {
+      const s = this.#specs.get(type);
+      if (!s?.produces?.includes(family as DataFamily)) {
+        throw new Error(`default producer "${type}" for "${family}" is not registered as producing it`);
+      }
+    }
+    this.#defaultProducers = defaultProducers;
+    for (const [t, why] of Object.entries(unimplemented)) this.#unimplemented.set(t, why);
+    for (const [t, why] of Object.entries(ignored)) this.#ignored.set(t, why);
+  }
+
+  /** Why a known llm-d type loads but has no effect in kvgate, if it is one. */
+  ignored(type: string): string | undefined {
+    return this.#ignored.get(type);
+  }
+
+  get(type: string): PluginSpec | undefined {
+    return this.#specs.get(type);
+  }
+
+  /** Why a known llm-d type is not available in kvgate, if it is one. */
+  unimplemented(type: string): string | undefined {
+    return this.#unimplemented.get(type);
+  }
+
+  /** The producer type auto-added when a required `family` has no producer. */
+  defaultProducer(family: DataFamily): string {
+    return this.#defaultProducers[family];
+  }
+
+  types(): string[] {
+    return [...this.#specs.keys()].sort();
+  }
+
+  specs(): PluginSpec[] {
+    return [...this.#specs.values()];
+  }
+}
+
+export const BUILTIN_SPECS: readonly PluginSpec[] = [
+  approxPrefixSpec,
+  inflightSpec,
+  prefixScorerSpec,
+  queueScorerSpec,
+  runningRequestsScorerSpec,
+  kvCacheScorerSpec,
+  loadAwareScorerSpec,
+  activeRequestSpec,
+  tokenLoadSpec,
+  leastRequestSpec,
+  noHitLruSpec,
+  sessionScorerSpec,
+  sessionFilterSpec,
+  affinityFilterSpec,
+  prefillFilterSpec,
+  decodeFilterSpec,
+  encodeFilterSpec,
+  labelSelectorSpec,
+  maxScorePickerSpec,
+  randomPickerSpec,
+  weightedRandomPickerSpec,
+  roundRobinPickerSpec,
+  singleProfileHandlerSpec,
+  disaggProfileHandlerSpec,
+  prefixPdDeciderSpec,
+  alwaysPdDeciderSpec,
+  utilizationDetectorSpec,
+];
+
+/** llm-d plugin types kvgate recognises but does not implement (yet). */
+export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
+  "precise-prefix-cache-producer":
+    "precise prefix routing (KV events) is not implemented; use approx-prefix-cache-producer",
+  "precise-prefix-cache-scorer":
+    "precise prefix routing (KV events) is not implemented; use prefix-cache-scorer",
+  "token-producer": "kvgate tokenizes in the gateway; pass RequestFacts.tokenIds instead",
+  "predicted-latency-producer": "the latency predictor is not implemented",
+  "latency-scorer": "the latency predictor is not implemented",
+  "slo-headroom-tier-filter": "the latency predictor is not implemented",
+  "latency-slo-admitter": "the latency predictor is not implemented",
+  "lora-affinity-scorer": "LoRA-aware routing is not implemented",
+  "context-length-aware": "context-length-aware routing is not implemented",
+  "utilization-filter": "not implemented; utilization-detector can be used as a filter",
+  "concurrency-detector": "not implemented; use utilization-detector",
+  "probabilistic-admitter": "not implemented; kvgate sheds sheddable requests at saturation ≥ 1",
+  "pd-profile-handler": "deprecated in llm-d; use disagg-profile-handler",
+  "data-parallel-profile-handler": "not implemented",
+  "header-profile-handler": "not implemented",
+  "always-disagg-multimodal-decider": "not implemented",
+  "by-label": "deprecated in llm-d; use label-selector-filter",
+  "by-label-selector": "deprecated in llm-d; use label-selector-filter",
+};
+
+const DATA_LAYER = "kvgate's data layer (metrics scraping) is configured outside EndpointPickerConfig";
+const PARSING = "kvgate's gateway parses requests itself";
+const FLOW = "flow control is not implemented (the flowControl section is ignored)";
+
+/** llm-d plugin types that load with a warning and have no effect in kvgate. */
+export const IGNORED: Readonly<Record<string, string>> = {
+  "metrics-data-source": DATA_LAYER,
+  "models-data-source": DATA_LAYER,
+  "core-metrics-extractor": DATA_LAYER,
+  "openai-parser": PARSING,
+  "anthropic-parser": PARSING,
+  "vllmhttp-parser": PARSING,
+  "vllmgrpc-parser": PARSING,
+  "passthrough-parser": PARSING,
+  "disagg-headers-handler": "kvgate's gateway writes x-prefiller-host-port from the prefill profile's target",
+  "prefill-header-handler": "kvgate's gateway writes x-prefiller-host-port from the prefill profile's target",
+  "fcfs-ordering-policy": FLOW,
+  "edf-ordering-policy": FLOW,
+  "slo-deadline-ordering-policy": FLOW,
+  "global-strict-fairness-policy": FLOW,
+  "round-robin-fairness-policy": FLOW,
+  "static-usage-limit-policy": FLOW,
+  "priority-holdback-policy": FLOW,
+  "soft-reflective-ceiling-policy": FLOW,
+};
+
+export function builtinRegistry(): PluginRegistry {
+  return new PluginRegistry(
+    BUILTIN_SPECS,
+    { "prefix-match-info": "approx-prefix-cache-producer", "inflight-load": "inflight-load-producer" },
+    UNIMPLEMENTED,
+    IGNORED,
+  );
+}

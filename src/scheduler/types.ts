@@ -1,0 +1,266 @@
+/**
+ * Scheduler contracts: the endpoint and request facts the scheduler works on, the plugin
+ * extension points (mirroring llm-d's EPP framework interfaces, reference §2.2), and the
+ * shape of a scheduling result. Pure data and interfaces only; implementations live in plugins/.
+ */
+import type { Rng } from "./rng.ts";
+
+/** Model-server metrics as scraped by the data layer (vLLM names in reference §6.1). */
+export interface EndpointMetrics {
+  waitingQueueSize: number;
+  runningRequestsSize: number;
+  /** 0..1 (vllm:kv_cache_usage_perc). */
+  kvCacheUsagePercent: number;
+  /** Tokens per KV block (vllm:cache_config_info{block_size}). */
+  cacheBlockSize?: number;
+  /** GPU KV blocks (vllm:cache_config_info{num_gpu_blocks}). */
+  cacheNumBlocks?: number;
+  /** When these values were scraped: seconds, same clock as `now`. */
+  updateTime: number;
+}
+
+export interface EndpointState {
+  /** "host:port"; the identity used everywhere (indexes, session tokens, headers). */
+  id: string;
+  address: string;
+  labels: Record<string, string>;
+  /** null until the first successful scrape. */
+  metrics: EndpointMetrics | null;
+}
+
+/** A chat content part; only `text` parts carry text, others are hashed as placeholders. */
+export interface ChatContentPart {
+  type: string;
+  text?: string;
+  [k: string]: unknown;
+}
+
+export interface ChatMessage {
+  role: string;
+  content?: string | ChatContentPart[] | null;
+}
+
+export type PromptInput =
+  | { kind: "completion"; prompt: string | string[] | number[] | number[][] }
+  | { kind: "chat"; messages: ChatMessage[]; tools?: unknown };
+
+/** What the gateway knows about a request when it asks for an endpoint. */
+export interface RequestFacts {
+  requestId: string;
+  /** Target model (after any rewrite). */
+  model: string;
+  prompt: PromptInput;
+  /** vLLM cache_salt; mixed into the first prefix block hash. */
+  cacheSalt?: string;
+  maxTokens?: number;
+  stream: boolean;
+  /** From the objective mapping (x-llm-d-inference-objective); < 0 is sheddable. */
+  priority: number;
+  /** Decoded x-session-token (encoded_endpoint_header strategy): an endpoint id. */
+  sessionToken?: string;
+  /** x-session-id (session_id strategy). */
+  sessionId?: string;
+  /** Real token ids when a tokenizer is configured; replaces the 4-byte pseudo-tokens. */
+  tokenIds?: number[];
+}
+
+/** A typed key into the per-request CycleState. */
+export interface DataKey<T> {
+  readonly name: string;
+  /** Phantom field carrying the value type; never set. */
+  readonly _type?: T;
+}
+
+export function dataKey<T>(name: string): DataKey<T> {
+  return { name };
+}
+
+/** Families of producer-written data. A consumer names the producer instance it reads. */
+export type DataFamily = "prefix-match-info" | "inflight-load";
+
+export function familyKey<T>(family: DataFamily, producerName: string): DataKey<T> {
+  return dataKey<T>(`${family}/${producerName}`);
+}
+
+/** Per-request scratch shared by producers and scheduling plugins (llm-d CycleState). */
+export interface CycleState {
+  readonly request: RequestFacts;
+  readonly now: number;
+  readonly rng: Rng;
+  /** All candidates handed to schedule(), before any filter. */
+  readonly candidates: readonly EndpointState[];
+  get<T>(key: DataKey<T>): T | undefined;
+  set<T>(key: DataKey<T>, value: T): void;
+  /** Computes a value once per request and caches it under `key`. */
+  memo<T>(key: DataKey<T>, compute: () => T): T;
+  /** Results of profiles already run in this cycle (for profile handlers and deciders). */
+  readonly profileResults: ReadonlyMap<string, ProfileResult>;
+}
+
+export interface TypedName {
+  readonly type: string;
+  readonly name: string;
+}
+
+export interface PluginStats {
+  [metric: string]: number;
+}
+
+export interface Plugin {
+  readonly typedName: TypedName;
+  /** Data keys this plugin writes into the CycleState. */
+  produces?(): DataKey<unknown>[];
+  /** Data keys this plugin reads; a required key without a producer fails construction. */
+  consumes?(): { required: DataKey<unknown>[]; optional?: DataKey<unknown>[] };
+  /** Counters for metrics (e.g. prefix index size and hit ratio). */
+  stats?(): PluginStats;
+  /** Drop per-endpoint state for endpoints no longer in the pool. */
+  retainEndpoints?(pool: ReadonlySet<string>): void;
+}
+
+export interface Filter extends Plugin {
+  /** Returns a subset of `endpoints` (same objects). */
+  filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[];
+}
+
+export type ScorerCategory = "affinity" | "distribution" | "balance";
+
+export interface Scorer extends Plugin {
+  readonly category: ScorerCategory;
+  /**
+   * Scores index-aligned with `endpoints` (a map in llm-d; an array here avoids hashing on the
+   * hot path). Values are meant to lie in [0,1]; the framework clamps and maps NaN to 0.
+   */
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): ArrayLike<number>;
+}
+
+export interface Picker extends Plugin {
+  /** Indices into `endpoints`, best first, no duplicates; empty only if `endpoints` is empty. */
+  pick(cycle: CycleState, endpoints: readonly EndpointState[], scores: Float64Array): number[];
+}
+
+/** Runs before scheduling, once per request, writing facts several plugins read. */
+export interface DataProducer extends Plugin {
+  produce(cycle: CycleState, candidates: readonly EndpointState[]): void;
+}
+
+/** After the pick: learn from the decision, count in-flight load. */
+export interface PreRequestHook extends Plugin {
+  preRequest(cycle: CycleState, result: ScheduleResult, now: number): void;
+}
+
+export interface ResponseHooks extends Plugin {
+  /** First response chunk seen from `endpointId` (the endpoint that actually served). */
+  onResponseStarted?(req: RequestFacts, endpointId: string, now: number): void;
+  /** Response finished or aborted. Always called once per picked request. */
+  onResponseComplete?(req: RequestFacts, endpointId: string, now: number): void;
+}
+
+/** The profiles a handler can run, by name. */
+export interface ProfileView {
+  readonly name: string;
+}
+
+export interface ProfileHandler extends Plugin {
+  /** Names of profiles to run next, given those already run; empty ends the loop. */
+  pickProfiles(cycle: CycleState, profiles: ReadonlyMap<string, ProfileView>): string[];
+  /** Which profile's result is the primary (the request's destination). */
+  primaryProfile(cycle: CycleState): string;
+}
+
+/** A P/D decider: whether to run the prefill stage for this request. */
+export interface Decider extends Plugin {
+  decide(cycle: CycleState, decodeTarget: EndpointState): boolean;
+}
+
+export interface ProfileResult {
+  /** Chosen endpoint, or null when filters emptied the set. */
+  readonly target: EndpointState | null;
+  /** Further endpoints for failover: other picks first, then the rest by score (ties by id). */
+  readonly fallbacks: EndpointState[];
+  /** Why there is no target. */
+  readonly failure: string | null;
+}
+
+export type DropReason = "rejected-no-endpoints" | "rejected-saturated";
+
+export interface ScheduleFailure {
+  /** 503 when there were no candidates; 429 when filters removed all (reference §1.5). */
+  status: 429 | 503;
+  reason: DropReason;
+  message: string;
+}
+
+export interface ScorerExplanation {
+  name: string;
+  type: string;
+  raw: number;
+  weight: number;
+  weighted: number;
+}
+
+export interface CandidateExplanation {
+  id: string;
+  /** Sum of weighted scores; null when a filter removed the candidate. */
+  total: number | null;
+  scores: ScorerExplanation[];
+  /** Name of the filter that removed it, or null. */
+  removedBy: string | null;
+}
+
+export interface ProfileExplanation {
+  candidates: CandidateExplanation[];
+  filters: string[];
+  picker: string;
+  picked: string[];
+  failure: string | null;
+}
+
+export interface Explanation {
+  requestId: string;
+  profilesRun: string[];
+  primaryProfile: string;
+  profiles: Record<string, ProfileExplanation>;
+}
+
+export interface ScheduleResult {
+  readonly requestId: string;
+  readonly primaryProfile: string;
+  readonly profiles: Readonly<Record<string, ProfileResult>>;
+  /** The primary profile's target (convenience). */
+  readonly target: EndpointState | null;
+  readonly failure: ScheduleFailure | null;
+  readonly explanation?: Explanation;
+  /** The request's cycle state, handed back to hooks by onPicked. */
+  readonly cycle: CycleState;
+}
+
+export interface ScheduleOptions {
+  explain?: boolean;
+}
+
+export function isFilter(p: Plugin): p is Filter {
+  return typeof (p as Partial<Filter>).filter === "function";
+}
+export function isScorer(p: Plugin): p is Scorer {
+  return typeof (p as Partial<Scorer>).score === "function";
+}
+export function isPicker(p: Plugin): p is Picker {
+  return typeof (p as Partial<Picker>).pick === "function";
+}
+export function isProducer(p: Plugin): p is DataProducer {
+  return typeof (p as Partial<DataProducer>).produce === "function";
+}
+export function isPreRequest(p: Plugin): p is PreRequestHook {
+  return typeof (p as Partial<PreRequestHook>).preRequest === "function";
+}
+export function isResponseHooks(p: Plugin): p is ResponseHooks {
+  const r = p as Partial<ResponseHooks>;
+  return typeof r.onResponseStarted === "function" || typeof r.onResponseComplete === "function";
+}
+export function isProfileHandler(p: Plugin): p is ProfileHandler {
+  return typeof (p as Partial<ProfileHandler>).pickProfiles === "function";
+}
+export function isDecider(p: Plugin): p is Decider {
+  return typeof (p as Partial<Decider>).decide === "function";
+}

@@ -1,0 +1,138 @@
+// Filters: the sticky-until-saturated affinity gate, role and label-selector filters.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { InFlightInfo } from "../src/scheduler/plugins/data.ts";
+import { inflightKey, prefixKey } from "../src/scheduler/plugins/data.ts";
+import {
+  decodeFilterSpec,
+  LabelSelectorFilter,
+  prefillFilterSpec,
+  selectorParams,
+} from "../src/scheduler/plugins/filters/labels.ts";
+import {
+  affinityParams,
+  PrefixCacheAffinityFilter,
+} from "../src/scheduler/plugins/filters/prefix-affinity.ts";
+import { completion, cycleFor, endpoint, prefixInfo } from "../src/scheduler/testing.ts";
+import type { Filter } from "../src/scheduler/types.ts";
+
+const handle = { hasher: null, plugin: () => undefined };
+const a = endpoint("a:1");
+const b = endpoint("b:1");
+const c = endpoint("c:1");
+const ids = (eps: readonly { id: string }[]) => eps.map((e) => e.id);
+
+describe("prefix-cache-affinity-filter", () => {
+  const filter = (params: Record<string, unknown> = {}) =>
+    new PrefixCacheAffinityFilter(
+      "f",
+      affinityParams.parse({ prefixMatchInfoProducerName: "p", inFlightLoadProducerName: "i", ...params }),
+    );
+  const cyc = (matches: Record<string, number>, tokens: Record<string, number>, seed = 1) => {
+    const x = cycleFor(completion("r", "p"), [a, b, c], 0, seed);
+    x.set(prefixKey("p"), prefixInfo(10, 64, matches));
+    const info: InFlightInfo = {
+      requests: () => 0,
+      tokens: (id) => tokens[id] ?? 0,
+      uncachedRequestTokens: () => 0,
+    };
+    x.set(inflightKey("i"), info);
+    return x;
+  };
+
+  it("keeps only sticky endpoints (ratio ≥ 0.8) while the warm one is not too far behind", () => {
+    const f = filter();
+    // a: 100000 / 15928 · 1000 ≈ 6278 ms behind b (0 ms) < 18000 ms
+    assert.deepEqual(ids(f.filter(cyc({ "a:1": 8, "c:1": 7 }, { "a:1": 100000 }), [a, b, c])), ["a:1"]);
+  });
+
+  it("releases stickiness once the best sticky TTFT exceeds the best other by more than maxTTFTPenaltyMs", () => {
+    const f = filter();
+    // a: 300000 / 15928 · 1000 ≈ 18835 ms > 18000
+    assert.deepEqual(ids(f.filter(cyc({ "a:1": 10 }, { "a:1": 300000 }), [a, b, c])), ["a:1", "b:1", "c:1"]);
+    assert.equal(f.decisions["load-override"], 1);
+  });
+
+  it("compares penalty > max strictly, against the best of each group", () => {
+    const f = filter({ peakPrefillThroughput: 1000, maxTTFTPenaltyMs: 1000 });
+    // sticky a: 2000 ms; others b: 1000 ms, c: 5000 ms → penalty 1000, not > 1000
+    assert.deepEqual(
+      ids(f.filter(cyc({ "a:1": 10 }, { "a:1": 2000, "b:1": 1000, "c:1": 5000 }), [a, b, c])),
+      ["a:1"],
+    );
+    // b: 999 ms → penalty 1001 > 1000
+    assert.equal(f.filter(cyc({ "a:1": 10 }, { "a:1": 2000, "b:1": 999 }), [a, b, c]).length, 3);
+  });
+
+  it("keeps all when nothing is sticky; the threshold is inclusive", () => {
+    const f = filter();
+    assert.equal(f.filter(cyc({ "a:1": 7 }, {}), [a, b, c]).length, 3);
+    assert.deepEqual(ids(f.filter(cyc({ "a:1": 8, "b:1": 9 }, {}), [a, b, c])), ["a:1", "b:1"]);
+  });
+
+  it("maxTTFTPenaltyMs 0 always sticks; explorationProbability 1 always keeps all", () => {
+    assert.deepEqual(
+      ids(filter({ maxTTFTPenaltyMs: 0 }).filter(cyc({ "a:1": 10 }, { "a:1": 1e9 }), [a, b, c])),
+      ["a:1"],
+    );
+    assert.equal(filter({ explorationProbability: 1 }).filter(cyc({ "a:1": 10 }, {}), [a, b, c]).length, 3);
+  });
+
+  it("needs the in-flight producer only when the load gate is on", () => {
+    assert.equal(filter().consumes().required.length, 2);
+    assert.equal(filter({ maxTTFTPenaltyMs: 0 }).consumes().required.length, 1);
+  });
+});
+
+describe("role filters (llm-d.ai/role)", () => {
+  const roles = ["prefill", "decode", "prefill-decode", "both", "encode", undefined];
+  const eps = roles.map((r, i) => endpoint(`e${i}:1`, {}, r === undefined ? {} : { "llm-d.ai/role": r }));
+  const run = (f: Filter) => ids(f.filter(cycleFor(completion("r", "p"), eps), eps));
+  it("decode-filter keeps decode-capable and unlabelled endpoints", () => {
+    assert.deepEqual(run(decodeFilterSpec.factory("d", {}, handle) as Filter), [
+      "e1:1",
+      "e2:1",
+      "e3:1",
+      "e5:1",
+    ]);
+  });
+  it("prefill-filter keeps prefill-capable endpoints only", () => {
+    assert.deepEqual(run(prefillFilterSpec.factory("p", {}, handle) as Filter), ["e0:1", "e2:1", "e3:1"]);
+  });
+});
+
+describe("label-selector-filter", () => {
+  const eps = [
+    endpoint("a:1", {}, { zone: "x", gpu: "h100" }),
+    endpoint("b:1", {}, { zone: "y", gpu: "h100" }),
+    endpoint("c:1", {}, { zone: "y" }),
+  ];
+  const run = (sel: unknown) =>
+    ids(
+      new LabelSelectorFilter("l", selectorParams.parse(sel)).filter(
+        cycleFor(completion("r", "p"), eps),
+        eps,
+      ),
+    );
+  it("applies matchLabels and every matchExpressions operator", () => {
+    assert.deepEqual(run({ matchLabels: { zone: "y" } }), ["b:1", "c:1"]);
+    assert.deepEqual(run({ matchExpressions: [{ key: "zone", operator: "In", values: ["x", "z"] }] }), [
+      "a:1",
+    ]);
+    assert.deepEqual(run({ matchExpressions: [{ key: "gpu", operator: "NotIn", values: ["h100"] }] }), [
+      "c:1",
+    ]);
+    assert.deepEqual(run({ matchExpressions: [{ key: "gpu", operator: "Exists" }] }), ["a:1", "b:1"]);
+    assert.deepEqual(
+      run({ matchLabels: { zone: "y" }, matchExpressions: [{ key: "gpu", operator: "DoesNotExist" }] }),
+      ["c:1"],
+    );
+    assert.deepEqual(run({}), ["a:1", "b:1", "c:1"]);
+  });
+  it("rejects In without values", () => {
+    assert.equal(
+      selectorParams.safeParse({ matchExpressions: [{ key: "k", operator: "In" }] }).success,
+      false,
+    );
+  });
+});
