@@ -6,6 +6,7 @@
 import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
+import { registerBench } from "./bench.ts";
 import { registerSimReplica } from "./sim-replica.ts";
 
 /** Exit code for bad flags and usage errors. */
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
       throw err;
     });
   registerSimReplica(program);
+  registerBench(program);
   return program;
 }
 
