@@ -7,6 +7,7 @@ import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
 import { registerBench } from "./bench.ts";
+import { registerReport } from "./report.ts";
 import { registerSimReplica } from "./sim-replica.ts";
 
 /** Exit code for bad flags and usage errors. */
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
     });
   registerSimReplica(program);
   registerBench(program);
+  registerReport(program);
   return program;
 }
 
