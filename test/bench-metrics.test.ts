@@ -50,7 +50,13 @@ describe("percentiles (linear interpolation between closest ranks, numpy's defau
       p95: null,
       p99: null,
       max: null,
+      cdf: [],
     });
+    const cdf = new Map(sm.cdf);
+    assert.equal(cdf.get(0), 1, "quantile 0 is the minimum");
+    assert.equal(cdf.get(1), 4, "quantile 1 is the maximum");
+    close(cdf.get(0.5) ?? null, 2.5);
+    close(cdf.get(0.9) ?? null, 3.7);
   });
 });
 

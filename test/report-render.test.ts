@@ -253,7 +253,7 @@ test("a run's own ttft_cdf is drawn as given; a malformed one is an error naming
   const bad = file([run({ router: "k" }), run({ router: "k", extra: { ttft_cdf: [[1.5, 1]] } })]);
   assert.throws(
     () => buildModel([input("bad.json", bad)]),
-    /^ResultsFileError: bad\.json: runs\.1\.ttft_cdf\.0\.0:/,
+    /^ResultsFileError: bad\.json: results file: runs\.1\.ttft_cdf\.0\.0:/,
   );
 });
 

@@ -100,7 +100,15 @@ export interface Summary {
   p95: number | null;
   p99: number | null;
   max: number | null;
+  /** [quantile, value] at CDF_QUANTILES (0 = min, 1 = max); empty when there are no values. */
+  cdf: [number, number][];
 }
+
+/** Quantiles recorded for latency CDFs in results files. */
+export const CDF_QUANTILES = [
+  0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95,
+  0.99, 0.999, 1,
+];
 
 export function summarize(values: ArrayLike<number>): Summary {
   const s = Float64Array.from(values).sort();
@@ -115,6 +123,7 @@ export function summarize(values: ArrayLike<number>): Summary {
     p95: q(95),
     p99: q(99),
     max: s.length ? s[s.length - 1] : null,
+    cdf: s.length ? CDF_QUANTILES.map((x) => [x, percentile(s, x * 100) as number]) : [],
   };
 }
 

@@ -92,6 +92,8 @@ export const FleetSchema = z.looseObject({
   sim_lag_max_s: n.optional(),
 });
 
+const CdfSchema = z.array(z.tuple([z.number().min(0).max(1), z.number().nonnegative()]));
+
 export const RunSchema = z.looseObject({
   router: z.string(),
   target: z.looseObject({ mode: z.enum(["single", "round-robin"]), urls: z.array(z.string()) }).optional(),
@@ -108,6 +110,9 @@ export const RunSchema = z.looseObject({
   fleet: FleetSchema.optional(),
   /** Largest delay between a request's scheduled and actual send: large means the driver lagged. */
   driver_lag_max_s: n.optional(),
+  /** [quantile, seconds] points of the TTFT and end-to-end latency distributions. */
+  ttft_cdf: CdfSchema.optional(),
+  e2e_cdf: CdfSchema.optional(),
   stages: z.array(StageResultSchema),
 });
 
@@ -213,6 +218,8 @@ export function runResult(a: Aggregate, meta: RunMeta): RunResult {
     ...latency(a),
     prefix_cache_hit_rate: fleetRate ?? a.usage_cache_hit_rate,
     prefix_cache_hit_rate_source: source,
+    ttft_cdf: a.ttft.cdf,
+    e2e_cdf: a.e2e.cdf,
     ...(meta.fleet ? { fleet: meta.fleet } : {}),
     ...(meta.driverLagMax !== undefined ? { driver_lag_max_s: meta.driverLagMax } : {}),
     stages: a.stages.map(stageResult),

@@ -4,7 +4,6 @@
  * at the run's offered rate), per-replica fleet rows, and latency CDFs (from `ttft_cdf`/`e2e_cdf`
  * when a run carries them, else from its p50/p90/p99).
  */
-import { z } from "zod";
 import { type ResultsFile, ResultsFileError, type RunResult } from "../results.ts";
 
 export interface ReportInput {
@@ -93,21 +92,11 @@ export const PALETTE = [
  * `ttft_cdf: [[0, 0.08], [0.05, 0.12], ..., [0.99, 2.4], [1, 3.1]]`. Absent, null or empty: the
  * CDF is drawn from the run's p50/p90/p99.
  */
-export const CdfFieldSchema = z
-  .array(z.tuple([z.number().min(0).max(1), z.number().nonnegative()]))
-  .nullable()
-  .optional();
-
-function cdfOf(run: RunResult, key: "ttft" | "e2e", where: string): Cdf | null {
-  const field = `${key}_cdf`;
-  const raw = (run as Record<string, unknown>)[field];
-  const r = CdfFieldSchema.safeParse(raw);
-  if (!r.success) {
-    const i = r.error.issues[0];
-    throw new ResultsFileError(`${where}.${[field, ...i.path].join(".")}: ${i.message}`);
-  }
-  if (r.data?.length) {
-    const points = r.data.map(([q, s]) => [s, q] as [number, number]).sort((a, b) => a[1] - b[1]);
+/** The run's own CDF points (validated by RunSchema), else its p50/p90/p99. */
+function cdfOf(run: RunResult, key: "ttft" | "e2e"): Cdf | null {
+  const own = key === "ttft" ? run.ttft_cdf : run.e2e_cdf;
+  if (own?.length) {
+    const points = own.map(([q, s]) => [s, q] as [number, number]).sort((a, b) => a[1] - b[1]);
     return { points, exact: true };
   }
   const points: Array<[number, number]> = [];
@@ -203,8 +192,8 @@ export function buildModel(inputs: readonly ReportInput[]): ReportModel {
         run,
         load: loadPoints(run),
         replicas: replicaRows(run),
-        ttftCdf: cdfOf(run, "ttft", `${name}: runs.${i}`),
-        e2eCdf: cdfOf(run, "e2e", `${name}: runs.${i}`),
+        ttftCdf: cdfOf(run, "ttft"),
+        e2eCdf: cdfOf(run, "e2e"),
       })),
     };
   });
