@@ -11,6 +11,7 @@ import { formatProgress, formatSummary } from "../bench/format.ts";
 import { parseSlo, type Slo } from "../bench/metrics.ts";
 import { parseResultsFile, type ResultsFile, resultsFile } from "../bench/results.ts";
 import { buildRun } from "../bench/run.ts";
+import { KVGATE_VERSION } from "../bench/version.ts";
 import { PRESETS } from "../bench/workloads/presets.ts";
 import {
   generateWorkload,
@@ -135,15 +136,6 @@ export function specFromFlags(f: Flags): WorkloadSpecInput {
   return spec;
 }
 
-function kvgateVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"));
-    return String(pkg.version);
-  } catch {
-    return "unknown";
-  }
-}
-
 async function action(f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
   let spec: ReturnType<typeof resolveWorkloadSpec>;
@@ -246,7 +238,7 @@ async function action(f: Flags, cmd: Command): Promise<void> {
       file.runs.push(run);
     } else {
       file = resultsFile([run], {
-        kvgateVersion: kvgateVersion(),
+        kvgateVersion: KVGATE_VERSION,
         created: new Date().toISOString(),
         simulated,
       });

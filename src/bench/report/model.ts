@@ -173,7 +173,7 @@ function numberRepeats(names: string[]): string[] {
   });
 }
 
-/** Builds the report model; throws ResultsFileError naming the file for a malformed CDF field. */
+/** Builds the report model from validated results files. */
 export function buildModel(inputs: readonly ReportInput[]): ReportModel {
   if (!inputs.length) throw new ResultsFileError("no results files given");
   const files: FileView[] = inputs.map(({ name, file }) => {
