@@ -7,7 +7,9 @@ import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
 import { registerBench } from "./bench.ts";
+import { registerDemo } from "./demo.ts";
 import { registerReport } from "./report.ts";
+import { registerServe } from "./serve.ts";
 import { registerSimReplica } from "./sim-replica.ts";
 
 /** Exit code for bad flags and usage errors. */
@@ -21,8 +23,10 @@ export function buildProgram(): Command {
       throw err;
     });
   registerSimReplica(program);
+  registerServe(program);
   registerBench(program);
   registerReport(program);
+  registerDemo(program);
   return program;
 }
 

@@ -1,0 +1,150 @@
+/**
+ * `kvgate serve`: runs the gateway in front of a fleet of vLLM replicas. Endpoints come from
+ * --endpoints or a watched --endpoints-file; scheduling from an llm-d EndpointPickerConfig
+ * (--config, default: the built-in config). Prints one startup line; SIGTERM/SIGINT drain
+ * in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config exit 2.
+ */
+import { type Command, InvalidArgumentError } from "commander";
+
+const integer = (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
+  return n;
+};
+const positive = (v: string): number => {
+  const n = integer(v);
+  if (n < 1) throw new InvalidArgumentError("must be ≥ 1.");
+  return n;
+};
+const port = (v: string): number => {
+  const n = integer(v);
+  if (n < 0 || n > 65535) throw new InvalidArgumentError("must be in [0, 65535].");
+  return n;
+};
+
+interface Flags {
+  host: string;
+  port: number;
+  adminHost: string;
+  adminPort: number;
+  endpoints?: string;
+  endpointsFile?: string;
+  config?: string;
+  modelObjectives?: string;
+  scrapeIntervalMs: number;
+  scrapeTimeoutMs: number;
+  maxBodyBytes: number;
+  maxConcurrentRequests: number;
+  maxAttempts: number;
+  drainTimeoutMs: number;
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  upstreamTimeoutMs: number;
+  failureThreshold: number;
+  tokenizer?: string;
+  poolName: string;
+}
+
+/** Adds the `serve` command to the program. */
+export function registerServe(program: Command): Command {
+  return program
+    .command("serve")
+    .description(
+      "Run the gateway: route each OpenAI request to the replica holding its prefix, unless saturated.",
+    )
+    .option("--host <host>", "public address to listen on", "0.0.0.0")
+    .option("--port <port>", "public port (OpenAI API; 0 = any free port)", port, 8080)
+    .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
+    .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
+    .option("--endpoints <list>", "replicas as host:port,host:port,...")
+    .option("--endpoints-file <path>", "YAML list of {address, labels?, kvEvents?}; re-read when it changes")
+    .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
+    .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
+    .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
+    .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
+    .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
+    .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
+    .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
+    .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may finish", integer, 30_000)
+    .option(
+      "--headers-timeout-ms <n>",
+      "a client must send its request headers within this",
+      positive,
+      30_000,
+    )
+    .option("--request-timeout-ms <n>", "a client must send its whole request within this", positive, 120_000)
+    .option(
+      "--upstream-timeout-ms <n>",
+      "a replica must send headers, and then each chunk, within this",
+      positive,
+      300_000,
+    )
+    .option(
+      "--failure-threshold <n>",
+      "failed metric scrapes in a row that make a replica unhealthy",
+      positive,
+      3,
+    )
+    .option(
+      "--tokenizer <dir|sim>",
+      "tokenize prompts for the prefix index: a tokenizer.json directory, or sim",
+    )
+    .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
+    .action(async (flags: Flags, cmd: Command) => {
+      if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
+        cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
+      const { startGateway } = await import("../gateway/gateway.ts");
+      const { EndpointConfigError } = await import("../datalayer/endpoints.ts");
+      const { ConfigError } = await import("../scheduler/errors.ts");
+      let gw: Awaited<ReturnType<typeof startGateway>>;
+      try {
+        gw = await startGateway({
+          host: flags.host,
+          port: flags.port,
+          adminHost: flags.adminHost,
+          adminPort: flags.adminPort,
+          endpoints: flags.endpoints,
+          endpointsFile: flags.endpointsFile,
+          configFile: flags.config,
+          modelObjectivesFile: flags.modelObjectives,
+          scrapeIntervalMs: flags.scrapeIntervalMs,
+          scrapeTimeoutMs: flags.scrapeTimeoutMs,
+          maxBodyBytes: flags.maxBodyBytes,
+          maxConcurrentRequests: flags.maxConcurrentRequests,
+          maxAttempts: flags.maxAttempts,
+          drainTimeoutMs: flags.drainTimeoutMs,
+          headersTimeoutMs: flags.headersTimeoutMs,
+          requestTimeoutMs: flags.requestTimeoutMs,
+          upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
+          upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
+          failureThreshold: flags.failureThreshold,
+          tokenizer: flags.tokenizer,
+          poolName: flags.poolName,
+        });
+      } catch (err) {
+        const e = err as Error & { code?: string };
+        if (err instanceof EndpointConfigError || err instanceof ConfigError || /^--|^give /.test(e.message))
+          cmd.error(`error: ${e.message}`, { exitCode: 2 });
+        console.error(`kvgate serve: cannot start: ${e.message}`);
+        process.exit(1);
+      }
+      const n = gw.gateway.data.store.size;
+      console.log(
+        `kvgate serve: listening on ${gw.url} (admin ${gw.adminUrl}), ${n} endpoint(s), config ${flags.config ?? "built-in"}`,
+      );
+      let stopping = false;
+      const stop = (signal: string) => {
+        if (stopping) return;
+        stopping = true;
+        console.error(`kvgate serve: ${signal}, draining`);
+        const force = setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000);
+        force.unref();
+        gw.close().then(
+          () => process.exit(0),
+          () => process.exit(0),
+        );
+      };
+      process.once("SIGTERM", () => stop("SIGTERM"));
+      process.once("SIGINT", () => stop("SIGINT"));
+    });
+}

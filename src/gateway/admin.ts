@@ -1,0 +1,138 @@
+/**
+ * The admin API, served only on the admin port (never the public one):
+ *   GET  /endpoints  every endpoint: address, labels, health, last metrics, staleness, failures
+ *   POST /explain    an OpenAI request body → the pick and per-candidate scores; nothing is forwarded
+ *   POST /reload     re-read the endpoints file and the config file; a bad one is rejected, old kept
+ *   GET  /metrics    the gateway's own Prometheus metrics
+ *   GET  /config     the effective EndpointPickerConfig
+ *   GET  /health
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { monotonicSeconds } from "../datalayer/datastore.ts";
+import { printConfig } from "../scheduler/defaults.ts";
+import { GatewayError, sendError } from "./errors.ts";
+import type { Gateway } from "./gateway.ts";
+import { type ApiRoute, readBody } from "./request-body.ts";
+import { prepare } from "./server.ts";
+
+const EXPLAIN_ROUTES: Record<string, ApiRoute> = {
+  "/v1/completions": "completions",
+  "/v1/chat/completions": "chat",
+  "/v1/embeddings": "embeddings",
+};
+
+function json(res: ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value, null, 2);
+  res
+    .writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) })
+    .end(body);
+}
+
+export function handleAdmin(gw: Gateway, req: IncomingMessage, res: ServerResponse): void {
+  run(gw, req, res).catch((err) => {
+    gw.log(`kvgate: admin error on ${req.url}: ${(err as Error).stack ?? err}`);
+    if (err instanceof GatewayError) sendError(res, err);
+    else sendError(res, new GatewayError(500, `internal error: ${(err as Error).message}`));
+  });
+}
+
+async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? "/", "http://admin");
+  const route = `${req.method} ${url.pathname}`;
+  switch (route) {
+    case "GET /health":
+      return json(res, 200, { status: gw.draining ? "draining" : "ok" });
+    case "GET /endpoints": {
+      const now = monotonicSeconds();
+      return json(res, 200, { endpoints: gw.data.store.snapshot(now), ready: gw.data.store.readyCount(now) });
+    }
+    case "GET /metrics": {
+      updateGauges(gw);
+      const text = await gw.metrics.text();
+      res.writeHead(200, { "content-type": gw.metrics.registry.contentType }).end(text);
+      return;
+    }
+    case "GET /config":
+      res
+        .writeHead(200, { "content-type": "application/yaml" })
+        .end(printConfig(gw.routing.scheduler.config));
+      return;
+    case "POST /reload": {
+      req.resume();
+      const r = await gw.reload();
+      return json(res, r.ok ? 200 : 400, r);
+    }
+    case "POST /explain":
+      return explain(gw, req, res, url);
+  }
+  req.resume();
+  sendError(res, new GatewayError(404, `No admin route for ${req.method} ${url.pathname}`));
+}
+
+/** Picks the API route: `?path=/v1/...`, else from the body's shape. */
+function explainRoute(url: URL, body: Buffer): ApiRoute {
+  const p = url.searchParams.get("path");
+  if (p) {
+    const r = EXPLAIN_ROUTES[p];
+    if (!r)
+      throw new GatewayError(400, `path must be one of ${Object.keys(EXPLAIN_ROUTES).join(", ")}`, {
+        param: "path",
+      });
+    return r;
+  }
+  const text = body.toString("utf8");
+  if (/"messages"\s*:/.test(text)) return "chat";
+  if (/"input"\s*:/.test(text) && !/"prompt"\s*:/.test(text)) return "embeddings";
+  return "completions";
+}
+
+async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  const body = await readBody(req, gw.opts.maxBodyBytes);
+  const route = explainRoute(url, body);
+  const p = prepare(gw, route, body, req);
+  const admission = p.routing.admission.admit(p.facts, p.candidates, p.now);
+  const result = p.routing.scheduler.schedule(p.facts, p.candidates, p.now, { explain: true });
+  const ex = result.explanation;
+  const primary = ex?.profiles[result.primaryProfile];
+  json(res, 200, {
+    route,
+    model: p.facts.model,
+    priority: p.facts.priority,
+    admission,
+    picked: result.target?.id ?? null,
+    fallbacks: (result.profiles[result.primaryProfile]?.fallbacks ?? []).map((e) => e.id),
+    failure: result.failure,
+    primaryProfile: result.primaryProfile,
+    candidates: (primary?.candidates ?? []).map((c) => ({
+      address: c.id,
+      total: c.total,
+      removedBy: c.removedBy,
+      scores: Object.fromEntries(
+        c.scores.map((s) => [s.name, { type: s.type, raw: s.raw, weight: s.weight, weighted: s.weighted }]),
+      ),
+    })),
+    profiles: ex?.profiles ?? {},
+  });
+}
+
+function updateGauges(gw: Gateway): void {
+  const now = monotonicSeconds();
+  const snap = gw.data.store.snapshot(now);
+  gw.metrics.setPool(
+    gw.opts.poolName,
+    gw.data.store.readyCount(now),
+    snap.map((s) => ({
+      id: s.address,
+      eligible: s.eligible,
+      waiting: s.metrics?.waitingQueueSize,
+      running: s.metrics?.runningRequestsSize,
+      kv: s.metrics?.kvCacheUsagePercent,
+    })),
+  );
+  const stats = gw.routing.scheduler.stats();
+  gw.metrics.prefixSize.reset();
+  for (const p of gw.routing.prefixPlugins) {
+    const s = stats[p.name];
+    if (s) gw.metrics.prefixSize.set({ plugin_name: p.name, plugin_type: p.type }, s.indexSize ?? 0);
+  }
+}

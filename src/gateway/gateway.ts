@@ -1,0 +1,278 @@
+/**
+ * Composition root of `kvgate serve`: the data layer (endpoints, scraping, health), the routing
+ * brain (scheduler + admission from EndpointPickerConfig), one keep-alive undici Pool per replica,
+ * the public OpenAI front door and the admin API on its own port. `startGateway()` is the
+ * in-process entry point used by the CLI, tests and the demo.
+ */
+import { readFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import { Pool } from "undici";
+import { DataLayer } from "../datalayer/datalayer.ts";
+import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
+import type { Tokenizer } from "../engine/tokenizer.ts";
+import { handleAdmin } from "./admin.ts";
+import { GatewayMetrics } from "./metrics.ts";
+import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
+import { buildRouting, type Routing } from "./routing.ts";
+import { handlePublic } from "./server.ts";
+import { loadGatewayTokenizer } from "./tokenize.ts";
+
+export interface GatewayOptions {
+  /** Public port (0 = ephemeral). Default 0. */
+  port?: number;
+  /** Default 127.0.0.1; the CLI passes 0.0.0.0. */
+  host?: string;
+  adminPort?: number;
+  /** Default 127.0.0.1. */
+  adminHost?: string;
+  /** `host:port,...` or parsed specs; exclusive with endpointsFile. */
+  endpoints?: string | EndpointSpec[];
+  endpointsFile?: string;
+  /** EndpointPickerConfig YAML text; exclusive with configFile. Default: the built-in config. */
+  config?: string;
+  configFile?: string;
+  /** YAML map model → priority or InferenceObjective name, for requests without an objective header. */
+  modelObjectivesFile?: string;
+  scrapeIntervalMs?: number;
+  scrapeTimeoutMs?: number;
+  modelsIntervalMs?: number;
+  failureThreshold?: number;
+  probationBaseMs?: number;
+  /** Default 16 MiB. */
+  maxBodyBytes?: number;
+  /** Requests being handled at once; beyond this, 503. Default 4096. */
+  maxConcurrentRequests?: number;
+  /** Endpoints tried per request (failover). Default 3. */
+  maxAttempts?: number;
+  /** Client must send its headers within this. Default 30 s. */
+  headersTimeoutMs?: number;
+  /** Client must send its whole request within this. Default 120 s. */
+  requestTimeoutMs?: number;
+  /** Replica must answer headers within this. Default 300 s. */
+  upstreamHeadersTimeoutMs?: number;
+  /** Longest silence between response chunks. Default 300 s. */
+  upstreamBodyTimeoutMs?: number;
+  /** On close(): how long in-flight requests may finish. Default 30 s. */
+  drainTimeoutMs?: number;
+  /** InferencePool name in pool metrics. Default "kvgate". */
+  poolName?: string;
+  /** "sim", a Hugging Face tokenizer directory, or a Tokenizer: real token ids for the prefix index. */
+  tokenizer?: string | Tokenizer;
+  seed?: number;
+  log?: (line: string) => void;
+}
+
+export interface GatewayHandle {
+  url: string;
+  adminUrl: string;
+  gateway: Gateway;
+  close(): Promise<void>;
+}
+
+export class Gateway {
+  readonly opts: Required<
+    Pick<
+      GatewayOptions,
+      | "maxBodyBytes"
+      | "maxConcurrentRequests"
+      | "maxAttempts"
+      | "upstreamHeadersTimeoutMs"
+      | "upstreamBodyTimeoutMs"
+      | "drainTimeoutMs"
+      | "poolName"
+    >
+  > &
+    GatewayOptions;
+  readonly data: DataLayer;
+  readonly metrics = new GatewayMetrics();
+  routing: Routing;
+  modelObjectives: ModelObjectives;
+  /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer). */
+  tokenizer: Tokenizer | null = null;
+  readonly log: (line: string) => void;
+  readonly #pools = new Map<string, Pool>();
+  active = 0;
+  draining = false;
+  readonly publicServer: Server;
+  readonly adminServer: Server;
+  readonly #sockets = new Set<Socket>();
+  #closing: Promise<void> | null = null;
+
+  constructor(opts: GatewayOptions, source: EndpointSource, routing: Routing, objectives: ModelObjectives) {
+    this.opts = {
+      maxBodyBytes: 16 * 1024 * 1024,
+      maxConcurrentRequests: 4096,
+      maxAttempts: 3,
+      upstreamHeadersTimeoutMs: 300_000,
+      upstreamBodyTimeoutMs: 300_000,
+      drainTimeoutMs: 30_000,
+      poolName: "kvgate",
+      ...stripUndefined(opts),
+    };
+    this.log = opts.log ?? ((l) => console.error(l));
+    this.routing = routing;
+    this.modelObjectives = objectives;
+    this.data = new DataLayer(source, {
+      store: {
+        failureThreshold: opts.failureThreshold,
+        probationBaseMs: opts.probationBaseMs,
+        onHealthChange: (id, h, why) => this.log(`kvgate: endpoint ${id} is ${h}: ${why}`),
+      },
+      scraper: {
+        intervalMs: opts.scrapeIntervalMs,
+        timeoutMs: opts.scrapeTimeoutMs,
+        modelsIntervalMs: opts.modelsIntervalMs,
+        onPollError: () => this.metrics.pollErrors.inc({ source_type: "metrics-data-source" }),
+        onExtractError: () =>
+          this.metrics.extractErrors.inc({
+            source_type: "metrics-data-source",
+            extractor_type: "core-metrics-extractor",
+          }),
+      },
+      onEndpointsChanged: (ids) => this.#pruneEndpoints(ids),
+    });
+    this.publicServer = createServer({ headersTimeout: opts.headersTimeoutMs ?? 30_000 }, (req, res) =>
+      handlePublic(this, req, res),
+    );
+    this.publicServer.requestTimeout = opts.requestTimeoutMs ?? 120_000;
+    this.publicServer.on("connection", (s: Socket) => {
+      this.#sockets.add(s);
+      s.on("close", () => this.#sockets.delete(s));
+    });
+    this.adminServer = createServer((req, res) => handleAdmin(this, req, res));
+  }
+
+  /** The keep-alive pool to a replica, created on first use. */
+  pool(id: string): Pool {
+    let p = this.#pools.get(id);
+    if (!p) {
+      p = new Pool(`http://${id}`, { keepAliveTimeout: 30_000, connect: { timeout: 5_000 } });
+      this.#pools.set(id, p);
+    }
+    return p;
+  }
+
+  #pruneEndpoints(ids: ReadonlySet<string>): void {
+    for (const [id, p] of this.#pools)
+      if (!ids.has(id)) {
+        this.#pools.delete(id);
+        p.close().catch(() => {});
+      }
+    this.routing.scheduler.retainEndpoints(ids);
+  }
+
+  /** Re-reads the endpoints file and the config file; a bad one is rejected and the old one kept. */
+  async reload(): Promise<{ ok: boolean; endpoints: unknown; config: unknown }> {
+    const ep = this.data.reload();
+    let config: unknown = { ok: true, reloaded: false };
+    let ok = ep.ok;
+    if (this.opts.configFile) {
+      try {
+        const next = await buildRouting(readFileSync(this.opts.configFile, "utf8"), { seed: this.opts.seed });
+        this.routing = next;
+        next.scheduler.retainEndpoints(new Set(this.data.store.all().map((r) => r.spec.id)));
+        config = { ok: true, reloaded: true, warnings: next.warnings };
+      } catch (err) {
+        ok = false;
+        config = { ok: false, error: (err as Error).message };
+      }
+    }
+    if (this.opts.modelObjectivesFile) {
+      try {
+        this.modelObjectives = loadModelObjectives(this.opts.modelObjectivesFile);
+      } catch (err) {
+        ok = false;
+        config = { ...(config as object), modelObjectivesError: (err as Error).message };
+      }
+    }
+    return { ok, endpoints: ep, config };
+  }
+
+  /** Stops accepting, lets in-flight requests finish (up to drainTimeoutMs), then closes everything. */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.draining = true;
+    const closed = new Promise<void>((r) => this.publicServer.close(() => r()));
+    this.publicServer.closeIdleConnections();
+    const deadline = Date.now() + this.opts.drainTimeoutMs;
+    while (this.active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    for (const s of this.#sockets) s.destroy();
+    await closed;
+    await new Promise<void>((r) => {
+      this.adminServer.close(() => r());
+      this.adminServer.closeAllConnections();
+    });
+    await this.data.close();
+    await Promise.all([...this.#pools.values()].map((p) => p.destroy().catch(() => {})));
+    this.#pools.clear();
+  }
+}
+
+function stripUndefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
+
+function listen(server: Server, port: number, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
+
+const urlHost = (h: string) => (h.includes(":") ? `[${h}]` : h === "0.0.0.0" ? "127.0.0.1" : h);
+
+/** Builds and starts a gateway; rejects with a message naming the bad option or file. */
+export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
+  if ((opts.endpoints === undefined) === (opts.endpointsFile === undefined))
+    throw new Error("give exactly one of endpoints (--endpoints) or endpointsFile (--endpoints-file)");
+  if (opts.config !== undefined && opts.configFile !== undefined)
+    throw new Error("give at most one of config and configFile");
+  const maxBody = opts.maxBodyBytes;
+  if (maxBody !== undefined && !(Number.isInteger(maxBody) && maxBody >= 1))
+    throw new Error(`--max-body-bytes must be a positive integer, got ${maxBody}`);
+  if ((opts.requestTimeoutMs ?? 120_000) < (opts.headersTimeoutMs ?? 30_000))
+    throw new Error("--request-timeout-ms must be ≥ --headers-timeout-ms");
+  const configText = opts.configFile !== undefined ? readConfig(opts.configFile) : (opts.config ?? null);
+  const routing = await buildRouting(configText, { seed: opts.seed });
+  const objectives = opts.modelObjectivesFile ? loadModelObjectives(opts.modelObjectivesFile) : new Map();
+  const source =
+    opts.endpointsFile !== undefined
+      ? EndpointSource.fromFile(opts.endpointsFile, { log: opts.log })
+      : EndpointSource.fromList(opts.endpoints as string | EndpointSpec[]);
+  const tokenizer = opts.tokenizer !== undefined ? await loadGatewayTokenizer(opts.tokenizer) : null;
+  const gw = new Gateway(opts, source, routing, objectives);
+  gw.tokenizer = tokenizer;
+  const host = opts.host ?? "127.0.0.1";
+  const adminHost = opts.adminHost ?? "127.0.0.1";
+  try {
+    const port = await listen(gw.publicServer, opts.port ?? 0, host);
+    const adminPort = await listen(gw.adminServer, opts.adminPort ?? 0, adminHost);
+    gw.data.start();
+    for (const w of routing.warnings) gw.log(`kvgate: config warning: ${w}`);
+    return {
+      url: `http://${urlHost(host)}:${port}`,
+      adminUrl: `http://${urlHost(adminHost)}:${adminPort}`,
+      gateway: gw,
+      close: () => gw.close(),
+    };
+  } catch (err) {
+    await gw.close().catch(() => {});
+    throw err;
+  }
+}
+
+function readConfig(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new Error(`--config ${path}: ${(err as Error).message}`);
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * Which client headers may reach a replica. Hop-by-hop headers (RFC 9110 §7.6.1) are connection
+ * state, not request state. llm-d's routing-control headers are outputs of the router or inputs
+ * only a trusted proxy may set (llm-d-router-epp.md §1.3–§1.5, §3.7, §5): kvgate never obeys them
+ * from a client and, unlike llm-d (which only skips re-setting them), removes them before
+ * forwarding so a client cannot steer a replica's sidecar (e.g. the P/D prefiller) either.
+ */
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from "node:http";
+
+/** RFC 9110 hop-by-hop headers, plus ones undici/node set themselves. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "content-length",
+  "expect",
+  "http2-settings",
+]);
+
+/**
+ * Routing-control headers by exact name. Sources (llm-d-router-epp.md): §1.3 system-owned headers,
+ * §1.4 EPP protocol, §3.7 data-parallel handler, §5.1 P/D headers, §5.2 sidecar inputs.
+ */
+export const CONTROL_HEADERS: readonly string[] = [
+  "x-gateway-destination-endpoint",
+  "x-gateway-destination-endpoint-served",
+  "x-gateway-destination-endpoint-subset",
+  "x-gateway-destination-endpoint-fallbacks",
+  "x-gateway-destination-endpoint-scores",
+  "x-gateway-inference-objective",
+  "x-gateway-inference-fairness-id",
+  "x-gateway-model-name-rewrite",
+  "x-llm-d-request-dropped-reason",
+  "x-llm-d-inference-objective",
+  "x-llm-d-inference-fairness-id",
+  "x-llm-d-model-name-rewrite",
+  "x-llm-d-slo-ttft-ms",
+  "x-llm-d-slo-tpot-ms",
+  "x-slo-ttft-ms",
+  "x-slo-tpot-ms",
+  "x-prefiller-host-port",
+  "x-prefiller-url",
+  "x-data-parallel-host-port",
+  "x-encoder-host-port",
+  "x-encoder-hosts-ports",
+  "x-kv-cache-source-host-port",
+  "x-went-into-resp-headers",
+];
+
+/** Whole families: every `x-llm-d-*` (incl. `x-llm-d-video-*`), `x-gateway-*` and kvgate's own. */
+const CONTROL_PREFIXES = ["x-llm-d-", "x-gateway-", "x-kvgate-"];
+
+const CONTROL = new Set(CONTROL_HEADERS);
+
+export function isControlHeader(name: string): boolean {
+  const n = name.toLowerCase();
+  return CONTROL.has(n) || CONTROL_PREFIXES.some((p) => n.startsWith(p));
+}
+
+/** Names listed in `Connection:` are hop-by-hop for this message too. */
+function connectionTokens(value: string | string[] | undefined): Set<string> {
+  const out = new Set<string>();
+  for (const v of Array.isArray(value) ? value : value ? [value] : [])
+    for (const t of v.split(",")) if (t.trim()) out.add(t.trim().toLowerCase());
+  return out;
+}
+
+/** Client request headers to forward upstream (node lowercases incoming names). */
+export function forwardRequestHeaders(h: IncomingHttpHeaders): Record<string, string | string[]> {
+  const listed = connectionTokens(h.connection);
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(h)) {
+    if (v === undefined || HOP_BY_HOP.has(k) || listed.has(k) || isControlHeader(k)) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+/** Upstream response headers to pass to the client: everything but hop-by-hop. */
+export function forwardResponseHeaders(
+  h: Record<string, string | string[] | undefined>,
+): OutgoingHttpHeaders {
+  const listed = connectionTokens(h.connection);
+  const out: OutgoingHttpHeaders = {};
+  for (const [k, v] of Object.entries(h)) {
+    if (v === undefined) continue;
+    const n = k.toLowerCase();
+    if ((HOP_BY_HOP.has(n) && n !== "content-length") || listed.has(n)) continue;
+    out[n] = v;
+  }
+  return out;
+}
+
+/** The value of a single-valued request header, or undefined. */
+export function headerValue(h: IncomingHttpHeaders, name: string): string | undefined {
+  const v = h[name];
+  return Array.isArray(v) ? v[0] : v;
+}

@@ -1,0 +1,184 @@
+/**
+ * The gateway's own Prometheus metrics, on a private prom-client Registry served by the admin port.
+ * Names, types and labels follow llm-d's EPP catalogue (llm-d/llm-d-router docs/metrics.md,
+ * reference §6.2) where llm-d has the metric, so existing dashboards work; `kvgate_*` otherwise.
+ * Client-chosen label values (model names) are capped at 1000 distinct values, then "other".
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+
+const REQ_LABELS = ["model_name", "target_model_name", "fairness_id", "priority"] as const;
+type ReqLabels = Record<(typeof REQ_LABELS)[number], string>;
+
+const LATENCY_BUCKETS = [
+  0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120,
+  180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
+];
+const SIZE_BUCKETS = [64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
+const SCHED_BUCKETS = [0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1];
+const RATIO_BUCKETS = [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1];
+
+export type Outcome =
+  | "success"
+  | "upstream-error"
+  | "midstream-failure"
+  | "client-disconnect"
+  | "rejected"
+  | "bad-request"
+  | "not-found"
+  | "all-attempts-failed";
+
+const MAX_LABEL_VALUES = 1000;
+
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  readonly #seenModels = new Set<string>();
+  readonly requestTotal: Counter<keyof ReqLabels>;
+  readonly requestErrorTotal: Counter<keyof ReqLabels | "error_code">;
+  readonly requestDuration: Histogram<keyof ReqLabels>;
+  readonly requestSize: Histogram<keyof ReqLabels>;
+  readonly responseSize: Histogram<keyof ReqLabels>;
+  readonly requestRunning: Gauge<keyof ReqLabels>;
+  readonly ttft: Histogram<keyof ReqLabels | "streaming">;
+  readonly schedulerE2e: Histogram;
+  readonly schedulerAttempts: Counter<
+    "status" | "target_model_name" | "endpoint_name" | "namespace" | "port"
+  >;
+  readonly readyEndpoints: Gauge<"name">;
+  readonly avgKv: Gauge<"name">;
+  readonly avgQueue: Gauge<"name">;
+  readonly avgRunning: Gauge<"name">;
+  readonly perEndpointQueue: Gauge<"name" | "model_server_endpoint">;
+  readonly pollErrors: Counter<"source_type">;
+  readonly extractErrors: Counter<"source_type" | "extractor_type">;
+  readonly prefixSize: Gauge<"plugin_name" | "plugin_type">;
+  readonly prefixHitRatio: Histogram<"plugin_name" | "plugin_type">;
+  readonly httpRequests: Counter<"route" | "status" | "outcome">;
+  readonly upstreamFailures: Counter<"endpoint" | "kind">;
+  readonly endpointHealthy: Gauge<"endpoint">;
+
+  constructor() {
+    const registers = [this.registry];
+    const c = <L extends string>(name: string, help: string, labelNames: readonly L[]) =>
+      new Counter<L>({ name, help, labelNames, registers });
+    const g = <L extends string>(name: string, help: string, labelNames: readonly L[]) =>
+      new Gauge<L>({ name, help, labelNames, registers });
+    const h = <L extends string>(name: string, help: string, labelNames: readonly L[], buckets: number[]) =>
+      new Histogram<L>({ name, help, labelNames, buckets, registers });
+
+    this.requestTotal = c("llm_d_epp_request_total", "Total requests.", REQ_LABELS);
+    this.requestErrorTotal = c("llm_d_epp_request_error_total", "Errored requests.", [
+      ...REQ_LABELS,
+      "error_code",
+    ]);
+    this.requestDuration = h(
+      "llm_d_epp_request_duration_seconds",
+      "End-to-end request latency.",
+      REQ_LABELS,
+      LATENCY_BUCKETS,
+    );
+    this.requestSize = h("llm_d_epp_request_size_bytes", "Request body size.", REQ_LABELS, SIZE_BUCKETS);
+    this.responseSize = h("llm_d_epp_response_size_bytes", "Response body size.", REQ_LABELS, SIZE_BUCKETS);
+    this.requestRunning = g("llm_d_epp_request_running", "Requests currently in flight.", REQ_LABELS);
+    this.ttft = h(
+      "llm_d_epp_request_ttft_seconds",
+      "Time to first response byte.",
+      [...REQ_LABELS, "streaming"],
+      LATENCY_BUCKETS,
+    );
+    this.schedulerE2e = h(
+      "llm_d_epp_scheduler_e2e_duration_seconds",
+      "End-to-end scheduling latency.",
+      [],
+      SCHED_BUCKETS,
+    );
+    this.schedulerAttempts = c(
+      "llm_d_epp_scheduler_attempts_total",
+      "Scheduling attempts (picks per endpoint).",
+      ["status", "target_model_name", "endpoint_name", "namespace", "port"],
+    );
+    this.readyEndpoints = g("llm_d_epp_ready_endpoints", "Ready endpoints in the pool.", ["name"]);
+    this.avgKv = g("llm_d_epp_average_kv_cache_utilization", "Mean KV-cache utilization across the pool.", [
+      "name",
+    ]);
+    this.avgQueue = g("llm_d_epp_average_queue_size", "Mean queue depth.", ["name"]);
+    this.avgRunning = g("llm_d_epp_average_running_requests", "Mean in-flight requests.", ["name"]);
+    this.perEndpointQueue = g("llm_d_epp_per_endpoint_queue_size", "Per-endpoint queue depth.", [
+      "name",
+      "model_server_endpoint",
+    ]);
+    this.pollErrors = c("llm_d_epp_datalayer_poll_errors_total", "Data-source poll failures.", [
+      "source_type",
+    ]);
+    this.extractErrors = c("llm_d_epp_datalayer_extract_errors_total", "Extractor failures.", [
+      "source_type",
+      "extractor_type",
+    ]);
+    this.prefixSize = g("llm_d_epp_prefix_indexer_size", "Entries in the approximate prefix index.", [
+      "plugin_name",
+      "plugin_type",
+    ]);
+    this.prefixHitRatio = h(
+      "llm_d_epp_prefix_indexer_hit_ratio",
+      "Prefix-match hit ratio per lookup.",
+      ["plugin_name", "plugin_type"],
+      RATIO_BUCKETS,
+    );
+    this.httpRequests = c("kvgate_http_requests_total", "Public API requests by route, status and outcome.", [
+      "route",
+      "status",
+      "outcome",
+    ]);
+    this.upstreamFailures = c(
+      "kvgate_upstream_failures_total",
+      "Upstream attempts that failed before the first response byte (each triggers failover).",
+      ["endpoint", "kind"],
+    );
+    this.endpointHealthy = g("kvgate_endpoint_healthy", "1 if the endpoint is a routing candidate.", [
+      "endpoint",
+    ]);
+  }
+
+  /** Request labels with the model-name cardinality cap applied. */
+  labels(model: string, priority: number): ReqLabels {
+    const m = this.#cap(model);
+    return { model_name: m, target_model_name: m, fairness_id: "default-flow", priority: String(priority) };
+  }
+
+  #cap(model: string): string {
+    if (this.#seenModels.has(model)) return model;
+    if (this.#seenModels.size >= MAX_LABEL_VALUES) return "other";
+    this.#seenModels.add(model);
+    return model;
+  }
+
+  /** Pool gauges from endpoint snapshots (called right before each /metrics scrape). */
+  setPool(
+    pool: string,
+    ready: number,
+    endpoints: Array<{ id: string; eligible: boolean; waiting?: number; running?: number; kv?: number }>,
+  ): void {
+    this.readyEndpoints.set({ name: pool }, ready);
+    this.perEndpointQueue.reset();
+    this.endpointHealthy.reset();
+    let n = 0;
+    let kv = 0;
+    let q = 0;
+    let run = 0;
+    for (const e of endpoints) {
+      this.endpointHealthy.set({ endpoint: e.id }, e.eligible ? 1 : 0);
+      if (e.waiting === undefined) continue;
+      this.perEndpointQueue.set({ name: pool, model_server_endpoint: e.id }, e.waiting);
+      n++;
+      kv += e.kv ?? 0;
+      q += e.waiting;
+      run += e.running ?? 0;
+    }
+    this.avgKv.set({ name: pool }, n ? kv / n : 0);
+    this.avgQueue.set({ name: pool }, n ? q / n : 0);
+    this.avgRunning.set({ name: pool }, n ? run / n : 0);
+  }
+
+  async text(): Promise<string> {
+    return this.registry.metrics();
+  }
+}

@@ -1,0 +1,215 @@
+/**
+ * Forwarding one request to a replica, with failover. Endpoints are tried in the scheduler's
+ * order; a connection error, a 5xx, or a reset before the first response BODY byte moves on to the
+ * next (bounded), reporting the failure. Client headers are held back until the first body byte,
+ * so a replica that dies during prefill is retried transparently. After that the response streams
+ * through as it arrives (SSE forwarded at event boundaries, with backpressure), and a failure
+ * becomes a closing SSE error event or a cut-off JSON response, never a hang. A client disconnect
+ * aborts the upstream request.
+ */
+import type { ServerResponse } from "node:http";
+import type { Dispatcher, Pool } from "undici";
+import type { RequestFailureKind } from "../datalayer/datastore.ts";
+import { sseErrorEvent } from "./errors.ts";
+import { forwardResponseHeaders } from "./headers.ts";
+
+export interface AttemptFailure {
+  endpoint: string;
+  kind: RequestFailureKind;
+  message: string;
+}
+
+export interface ForwardRequest {
+  path: string;
+  method: string;
+  headers: Record<string, string | string[]>;
+  body: Buffer;
+  /** Endpoint ids, best first. */
+  targets: readonly string[];
+  maxAttempts: number;
+  /** Aborted when the client goes away. */
+  signal: AbortSignal;
+  res: ServerResponse;
+  headersTimeoutMs: number;
+  bodyTimeoutMs: number;
+  pool(id: string): Pool;
+  onAttemptFailed(f: AttemptFailure): void;
+  /** First response byte from `endpoint`; it is now the serving endpoint. */
+  onStarted(endpoint: string, status: number): void;
+}
+
+export type ForwardOutcome =
+  | { kind: "completed"; endpoint: string; status: number; bytes: number; failures: AttemptFailure[] }
+  | { kind: "failed-midstream"; endpoint: string; status: number; bytes: number; error: string }
+  | { kind: "client-gone"; endpoint: string | null }
+  | { kind: "exhausted"; failures: AttemptFailure[] };
+
+const CONNECT_CODES = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EAI_AGAIN",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+const TIMEOUT_CODES = new Set(["UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT"]);
+
+export function classify(err: unknown): RequestFailureKind {
+  const code = (err as { code?: string }).code ?? "";
+  if (CONNECT_CODES.has(code)) return "connect";
+  if (TIMEOUT_CODES.has(code)) return "timeout";
+  return "reset";
+}
+
+const describe = (err: unknown) => {
+  const e = err as { code?: string; message?: string };
+  return e.code ? `${e.code}: ${e.message}` : String(e.message ?? err);
+};
+
+/** Up to the first 2 KiB of an error body, read for at most a second, for the failure message. */
+async function errorExcerpt(body: Dispatcher.ResponseData["body"]): Promise<string> {
+  let text = "";
+  const timer = setTimeout(() => body.destroy(), 1000);
+  try {
+    for await (const c of body) {
+      text += (c as Buffer).toString("utf8");
+      if (text.length > 2048) break;
+    }
+  } catch {
+    /* a truncated error body is still an error */
+  }
+  clearTimeout(timer);
+  body.destroy();
+  const m = /"message"\s*:\s*"((?:[^"\\]|\\.)*)"/.exec(text);
+  return (m ? m[1] : text).slice(0, 300);
+}
+
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off("drain", done);
+      res.off("close", done);
+      resolve();
+    };
+    res.on("drain", done);
+    res.on("close", done);
+  });
+}
+
+/** End offset of the last complete SSE event in `b` ("\n\n" or "\r\n\r\n"), or -1. */
+function lastEventEnd(b: Buffer): number {
+  const lf = b.lastIndexOf("\n\n");
+  const crlf = b.lastIndexOf("\r\n\r\n");
+  return Math.max(lf < 0 ? -1 : lf + 2, crlf < 0 ? -1 : crlf + 4);
+}
+
+/** Above this an unterminated SSE tail is passed on as is rather than held. */
+const MAX_PENDING = 1 << 20;
+
+export async function forward(r: ForwardRequest): Promise<ForwardOutcome> {
+  const failures: AttemptFailure[] = [];
+  const fail = (endpoint: string, kind: RequestFailureKind, message: string) => {
+    const f = { endpoint, kind, message };
+    failures.push(f);
+    r.onAttemptFailed(f);
+  };
+  for (const id of r.targets.slice(0, Math.max(1, r.maxAttempts))) {
+    if (r.signal.aborted) return { kind: "client-gone", endpoint: null };
+    let up: Dispatcher.ResponseData;
+    try {
+      up = await r.pool(id).request({
+        path: r.path,
+        method: r.method as Dispatcher.HttpMethod,
+        headers: r.headers,
+        body: r.body,
+        signal: r.signal,
+        headersTimeout: r.headersTimeoutMs,
+        bodyTimeout: r.bodyTimeoutMs,
+      });
+    } catch (err) {
+      if (r.signal.aborted) return { kind: "client-gone", endpoint: null };
+      fail(id, classify(err), describe(err));
+      continue;
+    }
+    up.body.on("error", () => {}); // errors surface through the iterator below
+    if (up.statusCode >= 500) {
+      fail(id, "status", `HTTP ${up.statusCode}: ${await errorExcerpt(up.body)}`);
+      continue;
+    }
+    const it = up.body[Symbol.asyncIterator]();
+    let first: IteratorResult<Buffer>;
+    try {
+      first = await it.next();
+    } catch (err) {
+      if (r.signal.aborted) return { kind: "client-gone", endpoint: null };
+      fail(id, classify(err), `before the first byte: ${describe(err)}`);
+      continue;
+    }
+    r.onStarted(id, up.statusCode);
+    return stream(r, id, up, first, it, failures);
+  }
+  return { kind: "exhausted", failures };
+}
+
+async function stream(
+  r: ForwardRequest,
+  id: string,
+  up: Dispatcher.ResponseData,
+  first: IteratorResult<Buffer>,
+  it: AsyncIterator<Buffer>,
+  failures: AttemptFailure[],
+): Promise<ForwardOutcome> {
+  const { res } = r;
+  // Event boundaries are only visible in an unencoded stream; a compressed one passes through opaque.
+  const encoding = String(up.headers["content-encoding"] ?? "identity").toLowerCase();
+  const sse =
+    String(up.headers["content-type"] ?? "").startsWith("text/event-stream") && encoding === "identity";
+  res.writeHead(up.statusCode, forwardResponseHeaders(up.headers));
+  if (sse) res.flushHeaders(); // the first chunk may be held until its event is complete
+  let bytes = 0;
+  let pending: Buffer | null = null;
+  let tail = "";
+  const write = async (b: Buffer) => {
+    if (b.length === 0) return;
+    bytes += b.length;
+    tail = (tail + b.subarray(-32).toString("latin1")).slice(-32);
+    if (!res.write(b)) await drained(res);
+  };
+  const push = async (chunk: Buffer) => {
+    if (!sse) return write(chunk);
+    const data = pending ? Buffer.concat([pending, chunk]) : chunk;
+    const end = lastEventEnd(data);
+    if (end < 0 && data.length < MAX_PENDING) {
+      pending = data;
+      return;
+    }
+    const cut = end < 0 ? data.length : end;
+    pending = cut < data.length ? data.subarray(cut) : null;
+    await write(data.subarray(0, cut));
+  };
+  try {
+    let next = first;
+    while (!next.done) {
+      await push(next.value);
+      if (res.destroyed) {
+        up.body.destroy();
+        return { kind: "client-gone", endpoint: id };
+      }
+      next = await it.next();
+    }
+  } catch (err) {
+    if (r.signal.aborted || res.destroyed) return { kind: "client-gone", endpoint: id };
+    const message = `upstream ${id} failed mid-response: ${describe(err)}`;
+    if (sse) {
+      // A partial event is dropped: the client's parser would choke on it.
+      if (!/data: ?\[DONE\]\s*$/.test(tail)) res.write(sseErrorEvent(message));
+      res.end();
+    } else {
+      res.destroy(); // a truncated body the client sees as an error, not a hang
+    }
+    return { kind: "failed-midstream", endpoint: id, status: up.statusCode, bytes, error: message };
+  }
+  if (pending) await write(pending);
+  res.end();
+  return { kind: "completed", endpoint: id, status: up.statusCode, bytes, failures };
+}

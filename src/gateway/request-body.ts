@@ -1,0 +1,151 @@
+/**
+ * The request body, read once and decoded once: a bounded read of the raw bytes (which are
+ * forwarded unchanged), then one JSON.parse to pull out only what scheduling needs — model, stream,
+ * prompt or messages, max tokens, cache_salt. Everything else is the replica's business.
+ */
+import type { IncomingMessage } from "node:http";
+import type { ChatMessage, PromptInput } from "../scheduler/types.ts";
+import { badRequest, GatewayError } from "./errors.ts";
+
+export type ApiRoute = "completions" | "chat" | "embeddings";
+
+export interface ParsedRequest {
+  route: ApiRoute;
+  model: string;
+  stream: boolean;
+  prompt: PromptInput;
+  maxTokens?: number;
+  cacheSalt?: string;
+}
+
+/**
+ * Reads the body up to `limit` bytes. A declared Content-Length over the limit fails before
+ * reading; a body that grows past it fails as soon as it does. Rejects with GatewayError 413.
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > limit)
+    return Promise.reject(tooLarge(limit, `${declared} bytes declared`));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (size > limit) {
+        cleanup();
+        reject(tooLarge(limit, "body"));
+        return;
+      }
+      chunks.push(c);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    };
+    const onError = (err: Error) => {
+      cleanup();
+      reject(new GatewayError(400, `could not read the request body: ${err.message}`));
+    };
+    const onAborted = () => onError(new Error("client closed the connection"));
+    const cleanup = () => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+      req.off("close", onClose);
+    };
+    const onClose = () => {
+      if (!req.complete) onAborted();
+    };
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.on("error", onError);
+    req.on("close", onClose);
+  });
+}
+
+function tooLarge(limit: number, what: string): GatewayError {
+  return new GatewayError(413, `Request body too large: the limit is ${limit} bytes (${what})`, {
+    headers: { connection: "close" },
+  });
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
+const isIntArray = (v: unknown): v is number[] => Array.isArray(v) && v.every(isInt);
+
+function checkPrompt(v: unknown, param: string): PromptInput & { kind: "completion" } {
+  if (typeof v === "string" || isIntArray(v)) return { kind: "completion", prompt: v };
+  if (Array.isArray(v) && v.length > 0) {
+    if (v.every((x) => typeof x === "string")) return { kind: "completion", prompt: v as string[] };
+    if (v.every(isIntArray)) return { kind: "completion", prompt: v as number[][] };
+  }
+  throw badRequest(
+    `${param} must be a string, an array of strings, an array of token ids or an array of token-id arrays`,
+    param,
+  );
+}
+
+function checkMessages(v: unknown): ChatMessage[] {
+  if (!Array.isArray(v) || v.length === 0) throw badRequest("messages must be a non-empty array", "messages");
+  v.forEach((m, i) => {
+    if (!isRecord(m) || typeof m.role !== "string")
+      throw badRequest(`messages[${i}] must be an object with a string role`, `messages[${i}]`);
+    const c = m.content;
+    if (c !== undefined && c !== null && typeof c !== "string" && !Array.isArray(c))
+      throw badRequest(
+        `messages[${i}].content must be a string or an array of parts`,
+        `messages[${i}].content`,
+      );
+  });
+  return v as ChatMessage[];
+}
+
+function optionalTokens(body: Record<string, unknown>, key: string): number | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (!isInt(v) || v < 0) throw badRequest(`${key} must be a non-negative integer`, key);
+  return v;
+}
+
+/** Decodes and checks the fields the gateway needs; throws GatewayError 400 naming the field. */
+export function parseRequestBody(route: ApiRoute, raw: Buffer): ParsedRequest {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString("utf8"));
+  } catch (err) {
+    throw badRequest(`Invalid JSON in request body: ${(err as Error).message}`);
+  }
+  if (!isRecord(body)) throw badRequest("Request body must be a JSON object");
+  const model = body.model;
+  if (model === undefined || model === null) throw badRequest("model is required", "model");
+  if (typeof model !== "string" || model.trim() === "")
+    throw badRequest("model must be a non-empty string", "model");
+  const stream = body.stream ?? false;
+  if (typeof stream !== "boolean") throw badRequest("stream must be a boolean", "stream");
+
+  let prompt: PromptInput;
+  if (route === "chat") {
+    prompt = { kind: "chat", messages: checkMessages(body.messages) };
+    if (body.tools !== undefined && body.tools !== null) {
+      if (!Array.isArray(body.tools)) throw badRequest("tools must be an array", "tools");
+      prompt.tools = body.tools;
+    }
+  } else {
+    const key = route === "embeddings" ? "input" : "prompt";
+    if (body[key] === undefined || body[key] === null) throw badRequest(`${key} is required`, key);
+    prompt = checkPrompt(body[key], key);
+  }
+  const out: ParsedRequest = { route, model, stream, prompt };
+  const maxTokens = optionalTokens(body, "max_completion_tokens") ?? optionalTokens(body, "max_tokens");
+  if (route !== "embeddings" && maxTokens !== undefined) out.maxTokens = maxTokens;
+  const salt = body.cache_salt;
+  if (salt !== undefined && salt !== null) {
+    if (typeof salt !== "string" || salt.length === 0)
+      throw badRequest("cache_salt must be a non-empty string", "cache_salt");
+    out.cacheSalt = salt;
+  }
+  return out;
+}

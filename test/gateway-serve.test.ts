@@ -1,0 +1,80 @@
+/** `kvgate serve` as a process: startup line, a request through it, SIGTERM → exit 0, usage errors → 2. */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { modelList, startFake, vllmMetrics, waitFor } from "./helpers/gateway-fakes.ts";
+import { KVGATE_BIN, runKvgate } from "./helpers/replica.ts";
+
+test("kvgate serve prints one startup line, proxies, and exits 0 on SIGTERM", {
+  timeout: 60_000,
+}, async () => {
+  const up = await startFake({
+    "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics()),
+    "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList("m")),
+    "POST /v1/completions": (_q, res) =>
+      void res.writeHead(200, { "content-type": "application/json" }).end('{"ok":1}'),
+  });
+  const child = spawn(
+    process.execPath,
+    [KVGATE_BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--admin-port", "0", "--endpoints", up.id],
+    { stdio: ["ignore", "pipe", "pipe"] },
+  );
+  let out = "";
+  let err = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  try {
+    await waitFor(() => out.includes("\n") || child.exitCode !== null, "startup line", 30_000);
+    const m =
+      /^kvgate serve: listening on (http:\/\/\S+) \(admin (http:\/\/\S+)\), 1 endpoint\(s\), config built-in\n$/.exec(
+        out,
+      );
+    assert.ok(m, `startup line: ${out} ${err}`);
+    const [, url, admin] = m;
+    // Before the first scrape an endpoint's health and models are unknown, which still routes.
+    const r = await fetch(`${url}/v1/completions`, { method: "POST", body: '{"model":"m","prompt":"x"}' });
+    assert.deepEqual([r.status, await r.text()], [200, '{"ok":1}']);
+    assert.equal((await fetch(`${admin}/endpoints`)).status, 200);
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0);
+    assert.match(err, /SIGTERM, draining/);
+  } finally {
+    if (child.exitCode === null) child.kill("SIGKILL");
+    await up.close();
+  }
+});
+
+test("kvgate serve: bad flags, endpoints or config exit 2 with a message naming the problem", {
+  timeout: 60_000,
+}, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-serve-"));
+  try {
+    const badEps = join(dir, "eps.yaml");
+    writeFileSync(badEps, "- address: nohost\n");
+    const badCfg = join(dir, "epp.yaml");
+    writeFileSync(
+      badCfg,
+      "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: nope\n",
+    );
+    const cases: Array<[string[], RegExp]> = [
+      [["serve", "--port", "0"], /exactly one of --endpoints or --endpoints-file/],
+      [["serve", "--endpoints", "a:1", "--endpoints-file", badEps], /exactly one of/],
+      [["serve", "--endpoints", "a:99999"], /port "99999"/],
+      [["serve", "--endpoints-file", badEps], /endpoints\[0\]\.address: "nohost" is not host:port/],
+      [["serve", "--endpoints", "a:1", "--config", badCfg, "--port", "0", "--admin-port", "0"], /nope/],
+      [["serve", "--endpoints", "a:1", "--config", join(dir, "missing.yaml")], /--config .*missing\.yaml/],
+      [["serve", "--endpoints", "a:1", "--max-body-bytes", "0"], /--max-body-bytes/],
+    ];
+    for (const [args, re] of cases) {
+      const r = await runKvgate(args, { timeoutMs: 30_000 });
+      assert.equal(r.code, 2, `${args.join(" ")}: ${r.stderr}`);
+      assert.match(r.stderr, re, args.join(" "));
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
