@@ -1,0 +1,114 @@
+/** `kvgate demo` end to end at a tiny scale: exits 0, writes both runs, and leaves no process behind. */
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { parseResultsFile } from "../src/bench/results.ts";
+import { KVGATE_BIN } from "../src/sim/launcher.ts";
+
+const TINY = [
+  "--replicas",
+  "2",
+  "--requests",
+  "24",
+  "--warmup",
+  "6",
+  "--rate",
+  "20",
+  "--time-scale",
+  "20",
+  "--output-len",
+  "8",
+  "--blocks",
+  "3000",
+  "--profile",
+  "llama-3.1-8b-h100",
+];
+
+/** Pids of live processes whose environment carries `marker` (children inherit it). */
+function processesWith(marker: string): number[] {
+  const pids: number[] = [];
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${d}/environ`, "latin1").includes(marker)) pids.push(Number(d));
+    } catch {}
+  }
+  return pids;
+}
+
+function runDemo(args: string[], onLine?: (line: string, kill: () => void) => void) {
+  const marker = `KVGATE_DEMO_TEST=${randomUUID()}`;
+  const [k, v] = marker.split("=");
+  const child = spawn(process.execPath, [KVGATE_BIN, "demo", ...args], {
+    env: { ...process.env, [k]: v },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => {
+    out += d;
+    for (const line of d.split("\n")) onLine?.(line, () => child.kill("SIGINT"));
+  });
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
+  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  const done = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal });
+    }),
+  );
+  return { done, marker, out: () => out, err: () => err };
+}
+
+async function noneLeft(marker: string): Promise<number[]> {
+  // Children get SIGTERM then SIGKILL from the demo; give the kernel a moment to reap them.
+  for (let i = 0; i < 50; i++) {
+    const left = processesWith(marker);
+    if (left.length === 0) return left;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return processesWith(marker);
+}
+
+test("the demo runs round-robin then kvgate, writes both runs and exits 0 with no process left", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-demo-"));
+  try {
+    const json = join(dir, "demo.json");
+    const run = runDemo([...TINY, "--json", json]);
+    const { code } = await run.done;
+    assert.equal(code, 0, `demo failed: ${run.err()}`);
+    assert.match(run.out(), /kvgate vs round-robin: output tokens\/s/);
+    const file = parseResultsFile(readFileSync(json, "utf8"));
+    assert.equal(file.simulated, true);
+    assert.deepEqual(
+      file.runs.map((r) => r.router),
+      ["round-robin", "kvgate"],
+    );
+    for (const r of file.runs) {
+      assert.equal(r.requests, 24, "only the measured stage counts");
+      assert.equal(r.errors, 0);
+      assert.ok((r.output_tokens_per_s ?? 0) > 0);
+    }
+    assert.deepEqual(await noneLeft(run.marker), []);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("Ctrl-C in the kvgate phase stops the demo, its replicas and the gateway; it still exits 0", async () => {
+  let sent = false;
+  const run = runDemo([...TINY, "--requests", "400"], (line, kill) => {
+    if (!sent && line.startsWith("kvgate:") && line.includes("replicas ready")) {
+      sent = true;
+      setTimeout(kill, 300);
+    }
+  });
+  const { code } = await run.done;
+  assert.ok(sent, `demo never got going: ${run.err()}`);
+  assert.equal(code, 0, run.err());
+  assert.deepEqual(await noneLeft(run.marker), []);
+});
