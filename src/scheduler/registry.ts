@@ -20,6 +20,7 @@ import {
   roundRobinPickerSpec,
   weightedRandomPickerSpec,
 } from "./plugins/pickers/pickers.ts";
+import { precisePrefixSpec } from "./plugins/precise-prefix-cache-producer.ts";
 import { approxPrefixSpec } from "./plugins/prefix/producer.ts";
 import {
   alwaysPdDeciderSpec,
@@ -96,6 +97,7 @@ export class PluginRegistry {
 
 export const BUILTIN_SPECS: readonly PluginSpec[] = [
   approxPrefixSpec,
+  precisePrefixSpec,
   inflightSpec,
   prefixScorerSpec,
   queueScorerSpec,
@@ -126,10 +128,8 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
 
 /** llm-d plugin types kvgate recognises but does not implement (yet). */
 export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
-  "precise-prefix-cache-producer":
-    "precise prefix routing (KV events) is not implemented; use approx-prefix-cache-producer",
   "precise-prefix-cache-scorer":
-    "precise prefix routing (KV events) is not implemented; use prefix-cache-scorer",
+    "deprecated in llm-d; use precise-prefix-cache-producer with prefix-cache-scorer",
   "token-producer": "kvgate tokenizes in the gateway; pass RequestFacts.tokenIds instead",
   "predicted-latency-producer": "the latency predictor is not implemented",
   "latency-scorer": "the latency predictor is not implemented",

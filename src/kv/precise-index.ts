@@ -1,0 +1,361 @@
+/**
+ * Precise prefix-cache index: which request-key blocks each endpoint holds, and on which tier, built from
+ * vLLM KV-cache events (vllm-wire-formats.md §1.4–§1.5) with llm-d's dual-key design (§2.3): request keys
+ * are kvgate's own (block-keys.ts); each endpoint's engine hashes map to them so BlockRemoved applies.
+ * Pure: no sockets, timers or clocks; `now` (seconds) is passed in.
+ *
+ * - BlockStored: tier = lower(medium) or "gpu". With a parent engine hash, the parent's request key comes
+ *   from the endpoint's map; an unknown parent skips the event (counted), as llm-d does, except parent 0,
+ *   which llm-d-inference-sim sends for "no parent" in the array layout: unknown 0 is taken as the root.
+ *   The root is seeded with lora_name or the endpoint's model, and the cache_salt found in block 0's
+ *   extra_keys. Blocks whose extra_keys carry anything else (multimodal, prompt embeds) end the run:
+ *   token-only keys cannot tell them apart. No token ids = offload "location-only": adds the tier to
+ *   the entries the engine hashes map to. block_size must equal the keyer's; group_idx > 0 is ignored
+ *   (kvgate indexes KV-cache group 0, the only one of non-hybrid models).
+ * - BlockRemoved drops that tier; an entry with no tier left is deleted with its engine mapping. A hash
+ *   never stored is counted and ignored. AllBlocksCleared, resetEndpoint and removeEndpoint drop all of
+ *   the endpoint's entries at once.
+ * - Hard budget of maxEntries (key, endpoint) entries, LRU-evicted in O(1). A stored run is linked so its
+ *   first block is the newest: the tail of a sequence is evicted before its head, as vLLM frees blocks.
+ * - Speculative entries (kvgate's own routing decisions) count as gpu until `now` passes their expiry
+ *   and are confirmed by a BlockStored of the same key on that endpoint. Re-speculating touches the LRU.
+ * - longestPrefix: per endpoint, the run of consecutive blocks from block 0 that it holds, and the sum of
+ *   each block's best tier weight (gpu 1.0, cpu 0.8 by default; tiers without a weight count as absent).
+ */
+import { type BlockKeyer, type BlockKeys, HI, LO } from "./block-keys.ts";
+import type { BlockStored, KVEvent } from "./events.ts";
+import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
+import {
+  ExpiryQueue,
+  extraSalt,
+  newCounters,
+  type PreciseIndexCounters,
+  type PreciseIndexOptions,
+  type PreciseIndexStats,
+  type PrefixScores,
+  TierTable,
+} from "./precise-types.ts";
+
+export type { PreciseIndexCounters, PreciseIndexOptions, PreciseIndexStats, PrefixScores };
+
+export class PreciseIndex {
+  readonly keyer: BlockKeyer;
+  readonly speculativeTtl: number;
+  private readonly store: EntryStore;
+  private readonly c: PreciseIndexCounters;
+  private readonly tiers: TierTable;
+  private readonly eps = new Map<string, number>();
+  private readonly epModel: string[] = [];
+  private readonly freeEps: number[] = [];
+  /** Per endpoint, lookup state (see longestPrefix); `base` makes earlier lookups' tags stale. */
+  private tag = new Int32Array(16).fill(-1);
+  private slot = new Int32Array(16);
+  private base = 0;
+  private scratch = new BigUint64Array(64);
+  private scratch32 = new Uint32Array(this.scratch.buffer);
+  private readonly one = new BigUint64Array(1);
+  private readonly one32 = new Uint32Array(this.one.buffer);
+  private readonly queue = new ExpiryQueue();
+
+  constructor(opts: PreciseIndexOptions) {
+    this.keyer = opts.keyer;
+    this.speculativeTtl = opts.speculativeTtl ?? 2;
+    this.store = new EntryStore(opts.maxEntries ?? 4_000_000);
+    this.c = newCounters();
+    this.tiers = new TierTable(opts.tierWeights ?? { gpu: 1.0, cpu: 0.8 });
+  }
+
+  /** Sets the model an endpoint serves: it seeds the root of event-side keys (LoRA events use lora_name). */
+  setEndpointModel(endpointId: string, model: string): void {
+    this.epModel[this.endpoint(endpointId)] = model;
+  }
+
+  /** Applies one event from an endpoint, in publish order. Returns the number of blocks it named. */
+  applyEvent(endpointId: string, ev: KVEvent): number {
+    const ep = this.endpoint(endpointId);
+    switch (ev.type) {
+      case "BlockStored":
+        this.stored(ep, ev);
+        return ev.blockHashes.length;
+      case "BlockRemoved": {
+        if (ev.groupIdx !== null && ev.groupIdx > 0) {
+          this.c.otherGroupSkipped++;
+          return ev.blockHashes.length;
+        }
+        const bit = this.tiers.bit(ev.medium);
+        const s = this.store;
+        for (const h of ev.blockHashes) {
+          this.one[0] = h;
+          const e = s.findEngine(this.one32[LO], this.one32[HI], ep);
+          if (e === NIL || (s.flags(e) & bit) === 0) {
+            this.c.removedUnknown++;
+            continue;
+          }
+          this.c.removedBlocks++;
+          s.setFlags(e, s.flags(e) & ~bit);
+          if ((s.flags(e) & TIER_MASK) === 0) s.deleteEntry(e);
+        }
+        return ev.blockHashes.length;
+      }
+      case "AllBlocksCleared":
+        this.c.clears++;
+        this.store.clearEndpoint(ep);
+        return 1;
+    }
+  }
+
+  /** Drops every entry of an endpoint (engine restart, lost history); the endpoint stays known. */
+  resetEndpoint(endpointId: string): void {
+    const ep = this.eps.get(endpointId);
+    if (ep === undefined) return;
+    this.c.resets++;
+    this.store.clearEndpoint(ep);
+  }
+
+  /** Drops every entry of an endpoint and forgets it. */
+  removeEndpoint(endpointId: string): void {
+    const ep = this.eps.get(endpointId);
+    if (ep === undefined) return;
+    this.store.clearEndpoint(ep);
+    this.eps.delete(endpointId);
+    this.epModel[ep] = "";
+    this.freeEps.push(ep);
+  }
+
+  /** Drops every entry and forgets every endpoint; the allocated capacity is kept. Counters keep counting. */
+  clear(): void {
+    this.store.clear();
+    this.eps.clear();
+    this.epModel.length = 0;
+    this.freeEps.length = 0;
+    this.queue.clear();
+  }
+
+  /**
+   * Records that kvgate routed these keys to an endpoint: missing entries become speculative (gpu weight)
+   * until now + ttl unless a BlockStored confirms them; existing ones are refreshed in the LRU.
+   */
+  addSpeculative(endpointId: string, keys: BlockKeys, now: number, ttl = this.speculativeTtl): void {
+    this.expire(now);
+    const ep = this.endpoint(endpointId);
+    const s = this.store;
+    const k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+    const exp = now + ttl;
+    let anchor = NIL;
+    for (let i = 0; i < keys.length; i++) {
+      const lo = k32[2 * i + LO];
+      const hi = k32[2 * i + HI];
+      const e = s.entryFor(lo, hi, ep, anchor);
+      if (e === NIL) return;
+      if (s.created) {
+        s.setFlags(e, SPEC);
+        s.eExp[e] = exp;
+        this.queue.push(e, exp);
+        this.c.speculativeAdded++;
+      } else if (s.flags(e) === SPEC && exp > s.eExp[e]) {
+        s.eExp[e] = exp;
+        this.queue.push(e, exp);
+      }
+      s.lruPlace(e, anchor);
+      anchor = e;
+    }
+  }
+
+  /** Deletes speculative entries whose expiry is ≤ now (lookups already ignore them). */
+  expire(now: number): void {
+    const s = this.store;
+    for (let e = this.queue.popExpired(now); e !== NIL; e = this.queue.popExpired(now)) {
+      if (s.flags(e) === SPEC && s.eExp[e] === this.queue.lastExpiry) {
+        s.deleteEntry(e);
+        this.c.speculativeExpired++;
+      }
+    }
+  }
+
+  /**
+   * For each endpoint id: the number of consecutive blocks from block 0 it holds and the sum of their
+   * best tier weights. Unknown endpoints score 0. Cost: one key probe per matched block plus one step
+   * per endpoint holding that block.
+   */
+  longestPrefix(keys: BlockKeys, endpointIds: readonly string[], now: number): PrefixScores {
+    this.expire(now);
+    const m = endpointIds.length;
+    const scores = new Float64Array(m);
+    const blocks = new Uint32Array(m);
+    // tag[ep] = base + (blocks matched so far) for the endpoints of this lookup; older tags are < base.
+    const n = keys.length;
+    if (this.base + 2 * (n + 2) >= 0x7fffffff) {
+      this.base = 0;
+      this.tag.fill(-1);
+    }
+    const base = this.base;
+    this.base += n + 2;
+    const { tag, slot } = this;
+    let wanted = 0;
+    for (let j = 0; j < m; j++) {
+      const ep = this.eps.get(endpointIds[j]);
+      if (ep === undefined || tag[ep] >= base) continue;
+      tag[ep] = base;
+      slot[ep] = j;
+      wanted++;
+    }
+    if (wanted === 0) return { scores, blocks };
+    const s = this.store;
+    const { eLink, eExp } = s;
+    const kHead = s.keys.head;
+    const weight = this.tiers.weight;
+    const k32 = new Uint32Array(keys.buffer, keys.byteOffset, n * 2);
+    for (let i = 0; i < n; i++) {
+      const k = s.keys.find(k32[2 * i + LO], k32[2 * i + HI]);
+      if (k === NIL) break;
+      const want = base + i;
+      let advanced = 0;
+      for (let e = kHead[k]; e !== NIL; e = eLink[2 * e]) {
+        const epf = eLink[2 * e + 1];
+        const ep = epf & 0xffffff;
+        if (tag[ep] !== want) continue;
+        const f = epf >>> 24;
+        const w = weight[f];
+        if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
+        tag[ep] = want + 1;
+        scores[slot[ep]] += w;
+        advanced++;
+      }
+      if (advanced === 0) break;
+    }
+    for (let j = 0; j < m; j++) {
+      const ep = this.eps.get(endpointIds[j]);
+      if (ep === undefined) continue;
+      blocks[j] = tag[ep] - base;
+      if (slot[ep] !== j) scores[j] = scores[slot[ep]];
+    }
+    return { scores, blocks };
+  }
+
+  /** The tiers an endpoint holds a key on ("speculative" for a live guess), or null. For tests and debugging. */
+  tiersOf(endpointId: string, key: bigint, now: number): string[] | null {
+    const ep = this.eps.get(endpointId);
+    if (ep === undefined) return null;
+    this.one[0] = key;
+    const k = this.store.keys.find(this.one32[LO], this.one32[HI]);
+    const e = k === NIL ? NIL : this.store.findEntry(k, ep);
+    if (e === NIL) return null;
+    const f = this.store.flags(e);
+    if (f === SPEC) return this.store.eExp[e] > now ? ["speculative"] : null;
+    return this.tiers.names(f);
+  }
+
+  /** Ids of the endpoints the index knows. */
+  endpointIds(): string[] {
+    return [...this.eps.keys()];
+  }
+
+  /** Entries an endpoint holds (speculative ones included). */
+  endpointEntries(endpointId: string): number {
+    const ep = this.eps.get(endpointId);
+    return ep === undefined ? 0 : (this.store.epSize[ep] ?? 0);
+  }
+
+  stats(): PreciseIndexStats {
+    const bytes = this.store.bytes() + this.tag.byteLength * 2 + this.queue.bytes();
+    return {
+      ...this.c,
+      evictions: this.store.evictions,
+      budgetTruncated: this.store.budgetTruncated,
+      entries: this.store.size,
+      keys: this.store.keys.count,
+      endpoints: this.eps.size,
+      maxEntries: this.store.maxEntries,
+      bytes,
+      bytesPerEntry: this.store.size > 0 ? bytes / this.store.size : 0,
+    };
+  }
+
+  // ---- internals ----
+
+  private endpoint(id: string): number {
+    let ep = this.eps.get(id);
+    if (ep !== undefined) return ep;
+    ep = this.freeEps.pop() ?? this.eps.size;
+    this.eps.set(id, ep);
+    this.epModel[ep] = "";
+    if (ep >= this.tag.length) {
+      const grow = (a: Int32Array) => {
+        const b = new Int32Array(a.length * 2);
+        b.set(a);
+        return b;
+      };
+      this.tag = grow(this.tag);
+      this.tag.fill(-1, this.tag.length / 2);
+      this.slot = grow(this.slot);
+    }
+    return ep;
+  }
+
+  private stored(ep: number, ev: BlockStored): void {
+    const c = this.c;
+    const s = this.store;
+    if (ev.groupIdx !== null && ev.groupIdx > 0) return void c.otherGroupSkipped++;
+    const bit = this.tiers.bit(ev.medium);
+    if (bit === 0) return void c.tierOverflow++;
+    const n = ev.blockHashes.length;
+    if (ev.tokenIds.length === 0) {
+      for (const h of ev.blockHashes) {
+        this.one[0] = h;
+        const e = s.findEngine(this.one32[LO], this.one32[HI], ep);
+        if (e === NIL) c.locationOnlyUnknown++;
+        else s.setFlags(e, s.flags(e) | bit);
+      }
+      return;
+    }
+    const B = this.keyer.blockSize;
+    if (ev.blockSize !== B) return void c.blockSizeMismatch++;
+    if (ev.tokenIds.length !== n * B) return void c.malformed++;
+    let parent: bigint | null = null;
+    if (ev.parentBlockHash !== null) {
+      this.one[0] = ev.parentBlockHash;
+      const pe = s.findEngine(this.one32[LO], this.one32[HI], ep);
+      if (pe !== NIL) {
+        const k = s.eKey[pe];
+        this.one32[LO] = s.keys.lo[k];
+        this.one32[HI] = s.keys.hi[k];
+        parent = this.one[0];
+      } else if (ev.parentBlockHash !== 0n) return void c.unknownParent++;
+    }
+    let usable = n;
+    let salt: string | null = null;
+    if (ev.extraKeys !== null) {
+      for (let j = 0; j < n && j < ev.extraKeys.length; j++) {
+        const x = extraSalt(ev.extraKeys[j], ev, parent === null && j === 0);
+        if (x === false) {
+          usable = j;
+          c.unsupportedExtraKeyBlocks += n - j;
+          break;
+        }
+        if (j === 0 && parent === null) salt = x;
+      }
+    }
+    if (usable === 0) return;
+    if (parent === null) parent = this.keyer.root(ev.loraName || this.epModel[ep], salt);
+    if (this.scratch.length < usable) {
+      this.scratch = new BigUint64Array(Math.max(usable, this.scratch.length * 2));
+      this.scratch32 = new Uint32Array(this.scratch.buffer);
+    }
+    this.keyer.hasher.chain(parent, ev.tokenIds, 0, B, usable, this.scratch, 0);
+    const k32 = this.scratch32;
+    let anchor = NIL;
+    for (let j = 0; j < usable; j++) {
+      const lo = k32[2 * j + LO];
+      const hi = k32[2 * j + HI];
+      const e = s.entryFor(lo, hi, ep, anchor);
+      if (e === NIL) return;
+      if (!s.created && s.flags(e) === SPEC) c.speculativeConfirmed++;
+      s.setFlags(e, (s.flags(e) & ~SPEC) | bit);
+      this.one[0] = ev.blockHashes[j];
+      if (s.mapEngine(e, this.one32[LO], this.one32[HI])) c.engineKeyConflicts++;
+      s.lruPlace(e, anchor);
+      anchor = e;
+      c.storedBlocks++;
+    }
+  }
+}

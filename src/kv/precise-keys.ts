@@ -1,0 +1,148 @@
+/**
+ * The request-key table of the precise index: 64-bit request keys (as lo/hi uint32 halves) interned
+ * into records, each record heading the list of its (key, endpoint) entries. Open addressing with
+ * linear probing and backward-shift deletion; a slot packs an 8-bit fingerprint of the hash with the
+ * 24-bit record index, so a probe passing other records rarely touches their arrays. Also the hashing
+ * helpers the entry store's engine-hash table shares. Pure.
+ */
+
+export const NIL = -1;
+/** Record bits of a table slot. */
+export const REC = 0xffffff;
+/** Records are 24-bit in table slots. */
+export const MAX_ENTRIES = 0xfffffe;
+
+export function mix(a: number, b: number): number {
+  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b) ^ b;
+  h = Math.imul(h ^ (h >>> 16), 0xc2b2ae35);
+  return (h ^ (h >>> 13)) >>> 0;
+}
+
+export function pow2AtLeast(n: number): number {
+  let p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/** True when `home` lies cyclically in (hole, j]: the record at j must stay (it cannot move before its home). */
+export function between(hole: number, home: number, j: number): boolean {
+  return hole <= j ? hole < home && home <= j : hole < home || home <= j;
+}
+
+export class KeyTable {
+  count = 0;
+  lo = new Uint32Array(0);
+  hi = new Uint32Array(0);
+  /** First entry of the key's list, or (for a free record) the next free record. */
+  head = new Int32Array(0);
+  private free = NIL;
+  private used = 0;
+  private slots = new Int32Array(16);
+
+  constructor(
+    initial: number,
+    private readonly max: number,
+  ) {
+    this.grow(initial);
+  }
+
+  clear(): void {
+    this.count = this.used = 0;
+    this.free = NIL;
+    this.slots.fill(0);
+  }
+
+  bytes(): number {
+    return this.slots.byteLength + this.lo.byteLength + this.hi.byteLength + this.head.byteLength;
+  }
+
+  find(lo: number, hi: number): number {
+    const slots = this.slots;
+    const mask = slots.length - 1;
+    const h = mix(lo, hi);
+    const fp = h >>> 24;
+    for (let i = h & mask; ; i = (i + 1) & mask) {
+      const v = slots[i];
+      if (v === 0) return NIL;
+      if (v >>> 24 === fp) {
+        const r = (v & REC) - 1;
+        if (this.lo[r] === lo && this.hi[r] === hi) return r;
+      }
+    }
+  }
+
+  /** The record of (lo, hi), added (with an empty entry list) if absent. */
+  getOrAdd(lo: number, hi: number): number {
+    // Grow before probing: growth rehashes and would move the slot found below.
+    if (this.free === NIL && this.used === this.lo.length) this.grow(Math.min(this.lo.length * 2, this.max));
+    if ((this.count + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
+    const slots = this.slots;
+    const mask = slots.length - 1;
+    const h = mix(lo, hi);
+    const fp = h >>> 24;
+    let i = h & mask;
+    for (; ; i = (i + 1) & mask) {
+      const v = slots[i];
+      if (v === 0) break;
+      if (v >>> 24 === fp) {
+        const r = (v & REC) - 1;
+        if (this.lo[r] === lo && this.hi[r] === hi) return r;
+      }
+    }
+    let k = this.free;
+    if (k !== NIL) this.free = this.head[k];
+    else k = this.used++;
+    this.lo[k] = lo;
+    this.hi[k] = hi;
+    this.head[k] = NIL;
+    this.count++;
+    slots[i] = (fp << 24) | (k + 1);
+    return k;
+  }
+
+  /** Frees a record whose entry list is empty. */
+  remove(k: number): void {
+    const slots = this.slots;
+    const mask = slots.length - 1;
+    let i = mix(this.lo[k], this.hi[k]) & mask;
+    while ((slots[i] & REC) !== k + 1) i = (i + 1) & mask;
+    let hole = i;
+    slots[hole] = 0;
+    for (let j = (hole + 1) & mask; slots[j] !== 0; j = (j + 1) & mask) {
+      const r = (slots[j] & REC) - 1;
+      if (between(hole, mix(this.lo[r], this.hi[r]) & mask, j)) continue;
+      slots[hole] = slots[j];
+      slots[j] = 0;
+      hole = j;
+    }
+    this.head[k] = this.free;
+    this.free = k;
+    this.count--;
+  }
+
+  private grow(cap: number): void {
+    const lo = new Uint32Array(cap);
+    lo.set(this.lo);
+    const hi = new Uint32Array(cap);
+    hi.set(this.hi);
+    const head = new Int32Array(cap);
+    head.set(this.head);
+    this.lo = lo;
+    this.hi = hi;
+    this.head = head;
+    if (cap * 2 > this.slots.length) this.rehash(pow2AtLeast(cap * 2));
+  }
+
+  private rehash(size: number): void {
+    const old = this.slots;
+    this.slots = new Int32Array(size);
+    const mask = size - 1;
+    for (const r of old) {
+      if (r === 0) continue;
+      const k = (r & REC) - 1;
+      let i = mix(this.lo[k], this.hi[k]) & mask;
+      while (this.slots[i] !== 0) i = (i + 1) & mask;
+      this.slots[i] = r;
+    }
+  }
+}

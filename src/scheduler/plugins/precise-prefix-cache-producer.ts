@@ -1,0 +1,239 @@
+/**
+ * precise-prefix-cache-producer (llm-d type name, reference llm-d-router-epp.md §3.2): prefix match info
+ * from what each endpoint actually holds, per vLLM's KV-cache events, instead of kvgate's own routing
+ * history. It owns a PreciseIndex (src/kv/precise-index.ts); the data layer feeds it by connecting a
+ * KvEventsSubscriber (src/datalayer/kv-events-subscriber.ts) to `producer.index`, per endpoint, using
+ * `producer.kvEvents` (topic filter and ports).
+ *
+ * Per request it computes the request keys of `RequestFacts.tokenIds` (the gateway tokenizes; the keys
+ * are kvgate's own xxh64 chain over token ids, seeded with the request's model and cache_salt, see
+ * src/kv/block-keys.ts) and writes the same PrefixMatchInfo datum as approx-prefix-cache-producer, so
+ * prefix-cache-scorer and the other consumers read it unchanged:
+ *   matchBlocks(e) = LongestPrefix score of e = Σ over e's consecutive blocks from block 0 of the block's
+ *                    best tier weight (kvCacheBackendConfigs: gpu 1.0, cpu 0.8), so a CPU-tier block
+ *                    counts 0.8 everywhere matchBlocks is used; heldBlocks(e) is the plain count.
+ *   totalBlocks = full blocks of the prompt; blockSizeTokens = the configured block size (no 64 floor:
+ *                 keys must align with vLLM's blocks, so it must equal the engines' block size).
+ * Without tokenIds it writes nothing: prefix-cache-scorer then scores 0 for every endpoint.
+ * With speculativeIndexing, PreRequest adds the request's keys to the chosen endpoint (and the prefill
+ * profile's) as speculative entries for speculativeTTL, so a burst of same-prefix requests lands together
+ * before the engine's first BlockStored arrives.
+ * tokenProcessorConfig.hashSeed / hashAlgorithm are accepted for llm-d config compatibility and change
+ * nothing: kvgate's keys are only compared with themselves (engine hashes are mapped, not recomputed).
+ */
+import { z } from "zod";
+import { parseDuration } from "../../flow/duration.ts";
+import { BlockKeyer, type BlockKeys, h64Hasher } from "../../kv/block-keys.ts";
+import { PreciseIndex } from "../../kv/precise-index.ts";
+import { MAX_ENTRIES } from "../../kv/precise-store.ts";
+import type { PluginHandle } from "../plugin-spec.ts";
+import { spec } from "../plugin-spec.ts";
+import type {
+  CycleState,
+  DataKey,
+  DataProducer,
+  EndpointState,
+  PluginStats,
+  PreRequestHook,
+  ScheduleResult,
+  TypedName,
+} from "../types.ts";
+import type { PrefixMatchInfo } from "./data.ts";
+import { prefixKey } from "./data.ts";
+
+export const PRECISE_PREFIX_TYPE = "precise-prefix-cache-producer";
+const PREFILL_PROFILE = "prefill";
+
+const duration = z
+  .string()
+  .refine((s) => parseDuration(s) !== null, { message: 'expected a duration such as "2s" or "500ms"' });
+const port = z.number().int().min(1).max(65535);
+
+export const precisePrefixParams = z.strictObject({
+  blockSizeTokens: z.number().int().positive().default(16),
+  tokenProcessorConfig: z
+    .strictObject({
+      /** Wins over the top-level blockSizeTokens when set. */
+      blockSizeTokens: z.number().int().positive().optional(),
+      hashSeed: z.string().optional(),
+      hashAlgorithm: z.enum(["cbor-fnv", "xxh64"]).optional(),
+    })
+    .optional(),
+  kvCacheBackendConfigs: z
+    .array(z.strictObject({ name: z.string().min(1), weight: z.number().min(0) }))
+    .min(1)
+    .max(6)
+    .default([
+      { name: "gpu", weight: 1.0 },
+      { name: "cpu", weight: 0.8 },
+    ]),
+  speculativeIndexing: z.boolean().default(false),
+  speculativeTTL: duration.default("2s"),
+  /** kvgate-only: hard budget of (block, endpoint) entries in the index (about 80 bytes each). */
+  maxIndexEntries: z
+    .number()
+    .int()
+    .positive()
+    .max(MAX_ENTRIES - 1)
+    .default(4_000_000),
+  kvEventsConfig: z
+    .strictObject({
+      topicFilter: z.string().default("kv@"),
+      podDiscoveryConfig: z
+        .strictObject({ socketPort: port.default(5557), replaySocketPort: port.optional() })
+        .default({ socketPort: 5557 }),
+    })
+    .default({ topicFilter: "kv@", podDiscoveryConfig: { socketPort: 5557 } }),
+});
+export type PrecisePrefixParams = z.output<typeof precisePrefixParams>;
+
+/** The prefix-match-info datum; matchBlocks is the tier-weighted LongestPrefix score. */
+export class PreciseMatchInfo implements PrefixMatchInfo {
+  constructor(
+    readonly totalBlocks: number,
+    readonly blockSizeTokens: number,
+    readonly promptTokens: number,
+    /** Endpoints with a match: weighted score and plain block count. */
+    readonly scores: Map<string, number>,
+    readonly held: Map<string, number>,
+    readonly keys: BlockKeys,
+  ) {}
+  get anyMatch(): boolean {
+    return this.scores.size > 0;
+  }
+  matchBlocks(endpointId: string): number {
+    return this.scores.get(endpointId) ?? 0;
+  }
+  /** Consecutive blocks from block 0 the endpoint holds on any weighted tier, unweighted. */
+  heldBlocks(endpointId: string): number {
+    return this.held.get(endpointId) ?? 0;
+  }
+  matches(): ReadonlyMap<string, number> {
+    return this.scores;
+  }
+}
+
+export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
+  readonly typedName: TypedName;
+  /** Feed this from the endpoints' KV events (KvEventsSubscriber). */
+  readonly index: PreciseIndex;
+  readonly blockSizeTokens: number;
+  /** What the data layer needs to subscribe: `tcp://<endpoint host>:<socketPort>`, replay on replaySocketPort. */
+  readonly kvEvents: { topicFilter: string; socketPort: number; replaySocketPort: number | null };
+  readonly #key: DataKey<PrefixMatchInfo>;
+  readonly #speculativeTtl: number;
+  #requests = 0;
+  #withoutTokens = 0;
+  #hitBlocks = 0;
+  #lookupBlocks = 0;
+
+  constructor(
+    name: string,
+    readonly params: PrecisePrefixParams,
+    h64: (data: Uint8Array, seed: bigint) => bigint,
+  ) {
+    this.typedName = { type: PRECISE_PREFIX_TYPE, name };
+    this.#key = prefixKey(name);
+    this.blockSizeTokens = params.tokenProcessorConfig?.blockSizeTokens ?? params.blockSizeTokens;
+    this.#speculativeTtl = parseDuration(params.speculativeTTL) as number;
+    this.index = new PreciseIndex({
+      keyer: new BlockKeyer({ hasher: h64Hasher(h64), blockSize: this.blockSizeTokens }),
+      maxEntries: params.maxIndexEntries,
+      tierWeights: Object.fromEntries(params.kvCacheBackendConfigs.map((b) => [b.name, b.weight])),
+      speculativeTtl: this.#speculativeTtl,
+    });
+    const pd = params.kvEventsConfig.podDiscoveryConfig;
+    this.kvEvents = {
+      topicFilter: params.kvEventsConfig.topicFilter,
+      socketPort: pd.socketPort,
+      replaySocketPort: pd.replaySocketPort ?? null,
+    };
+  }
+
+  produces(): DataKey<unknown>[] {
+    return [this.#key];
+  }
+
+  produce(cycle: CycleState, candidates: readonly EndpointState[]): void {
+    const req = cycle.request;
+    this.#requests++;
+    if (req.tokenIds === undefined) {
+      this.#withoutTokens++;
+      return;
+    }
+    const keys = this.index.keyer.keys(req.tokenIds, req.model, req.cacheSalt);
+    const scores = new Map<string, number>();
+    const held = new Map<string, number>();
+    if (keys.length > 0 && candidates.length > 0) {
+      const ids = candidates.map((c) => c.id);
+      const r = this.index.longestPrefix(keys, ids, cycle.now);
+      for (let i = 0; i < ids.length; i++) {
+        if (r.blocks[i] === 0) continue;
+        scores.set(ids[i], r.scores[i]);
+        held.set(ids[i], r.blocks[i]);
+      }
+    }
+    cycle.set(
+      this.#key,
+      new PreciseMatchInfo(keys.length, this.blockSizeTokens, req.tokenIds.length, scores, held, keys),
+    );
+  }
+
+  preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
+    const info = cycle.get(this.#key) as PreciseMatchInfo | undefined;
+    const primary = result.target;
+    if (info === undefined || primary === null) return;
+    this.#hitBlocks += info.heldBlocks(primary.id);
+    this.#lookupBlocks += info.totalBlocks;
+    if (!this.params.speculativeIndexing || info.keys.length === 0) return;
+    this.index.addSpeculative(primary.id, info.keys, now, this.#speculativeTtl);
+    const prefill = result.profiles[PREFILL_PROFILE]?.target;
+    if (prefill && prefill.id !== primary.id)
+      this.index.addSpeculative(prefill.id, info.keys, now, this.#speculativeTtl);
+  }
+
+  /** Endpoints that left the pool are dropped from the index at once. */
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const id of this.index.endpointIds()) if (!pool.has(id)) this.index.removeEndpoint(id);
+  }
+
+  stats(): PluginStats {
+    const s = this.index.stats();
+    return {
+      indexEntries: s.entries,
+      indexKeys: s.keys,
+      indexBytes: s.bytes,
+      indexBytesPerEntry: s.bytesPerEntry,
+      endpoints: s.endpoints,
+      evictions: s.evictions,
+      unknownParent: s.unknownParent,
+      removedUnknown: s.removedUnknown,
+      speculativeAdded: s.speculativeAdded,
+      speculativeConfirmed: s.speculativeConfirmed,
+      speculativeExpired: s.speculativeExpired,
+      requests: this.#requests,
+      requestsWithoutTokens: this.#withoutTokens,
+      hitBlocks: this.#hitBlocks,
+      lookupBlocks: this.#lookupBlocks,
+      hitRatio: this.#lookupBlocks === 0 ? 0 : this.#hitBlocks / this.#lookupBlocks,
+    };
+  }
+}
+
+export const precisePrefixSpec = spec({
+  type: PRECISE_PREFIX_TYPE,
+  stability: "alpha",
+  kind: "producer",
+  summary: "Prefix match info from the endpoints' KV-cache events (ZMQ); needs RequestFacts.tokenIds.",
+  params: precisePrefixParams,
+  produces: ["prefix-match-info"],
+  unsupportedParams: {
+    indexerConfig: "kvgate's index is in memory; size it with maxIndexEntries",
+    tokenizersPoolConfig: "kvgate tokenizes in the gateway and passes RequestFacts.tokenIds",
+  },
+  factory: (name, params, handle: PluginHandle) => {
+    const hasher = handle.hasher;
+    if (hasher === null) throw new Error(`${PRECISE_PREFIX_TYPE} "${name}" needs a hasher`);
+    return new PrecisePrefixProducer(name, params, (data, seed) => hasher.h64(data, seed));
+  },
+});
