@@ -11,6 +11,7 @@ import { registerDemo } from "./demo.ts";
 import { registerReport } from "./report.ts";
 import { registerServe } from "./serve.ts";
 import { registerSimReplica } from "./sim-replica.ts";
+import { registerSimulate } from "./simulate.ts";
 
 /** Exit code for bad flags and usage errors. */
 export const USAGE_EXIT_CODE = 2;
@@ -25,8 +26,9 @@ export function buildProgram(): Command {
   registerSimReplica(program);
   registerServe(program);
   registerBench(program);
-  registerReport(program);
   registerDemo(program);
+  registerReport(program);
+  registerSimulate(program);
   return program;
 }
 

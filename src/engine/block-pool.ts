@@ -3,22 +3,38 @@
  * reference-counted blocks, block 0 reserved as the null block, a doubly linked LRU free queue
  * (allocate from the head, freed blocks appended to the tail), and a hash → blocks map of cached
  * full blocks. A freed block keeps its hash and stays hittable until it is reused; that reuse is
- * the eviction and emits BlockRemoved. Caching full blocks emits BlockStored.
+ * the eviction and emits BlockRemoved. Caching full blocks emits BlockStored (built by the engine).
+ *
+ * A block hash is the uint64 KV events carry, held as two int32 halves (hi, lo). The hash map is a
+ * chained table in typed arrays: a bucket holds the first block of its chain and each block links
+ * to the next, in caching order, so lookups, inserts and evictions allocate nothing (the fleet
+ * simulator caches and evicts millions of blocks). Matching compares all 64 bits.
  */
 import type { KVEvent } from "../kv/events.ts";
+
+const NONE = -1;
 
 export class BlockPool {
   readonly numBlocks: number;
   readonly refCnt: Int32Array;
-  /** Cached hash per block (uint64), or null while the block holds no full hashed block. */
-  readonly blockHash: (bigint | null)[];
+  /** Cached hash per block as int32 halves; blockHas[b] is 0 while b holds no full hashed block. */
+  private readonly blockHi: Int32Array;
+  private readonly blockLo: Int32Array;
+  private readonly blockHas: Uint8Array;
+  /** When each block was last cached (a counter), so a remembered lookup can be checked cheaply. */
+  private readonly cacheGen: Float64Array;
+  private gen = 0;
   private readonly prev: Int32Array;
   private readonly next: Int32Array;
   /** Sentinel index for the free list head/tail (numBlocks). */
   private readonly sentinel: number;
   private freeCount = 0;
-  /** hash → block ids holding it (vLLM does not de-duplicate concurrent copies). */
-  private readonly cached = new Map<bigint, number[]>();
+  /** Hash table: bucket → first block of its chain; chain → next block (NONE ends a chain). */
+  private readonly bucket: Int32Array;
+  private readonly chain: Int32Array;
+  private readonly mask: number;
+  /** Distinct full hashes currently cached (vLLM does not de-duplicate concurrent copies). */
+  private distinct = 0;
   private events: KVEvent[] = [];
 
   constructor(
@@ -30,9 +46,17 @@ export class BlockPool {
       throw new RangeError(`numGpuBlocks must be ≥ 2, got ${numBlocks}`);
     this.numBlocks = numBlocks;
     this.refCnt = new Int32Array(numBlocks);
-    this.blockHash = new Array(numBlocks).fill(null);
+    this.blockHi = new Int32Array(numBlocks);
+    this.blockLo = new Int32Array(numBlocks);
+    this.blockHas = new Uint8Array(numBlocks);
+    this.cacheGen = new Float64Array(numBlocks);
     this.prev = new Int32Array(numBlocks + 1);
     this.next = new Int32Array(numBlocks + 1);
+    let buckets = 16;
+    while (buckets < 2 * numBlocks) buckets *= 2;
+    this.bucket = new Int32Array(buckets).fill(NONE);
+    this.chain = new Int32Array(numBlocks).fill(NONE);
+    this.mask = buckets - 1;
     this.sentinel = numBlocks;
     this.prev[this.sentinel] = this.sentinel;
     this.next[this.sentinel] = this.sentinel;
@@ -52,7 +76,7 @@ export class BlockPool {
 
   /** Number of distinct cached hashes (for tests and stats). */
   get numCachedHashes(): number {
-    return this.cached.size;
+    return this.distinct;
   }
 
   private append(b: number): void {
@@ -75,10 +99,34 @@ export class BlockPool {
     this.freeCount--;
   }
 
-  /** A cached block holding `hash`, or -1. */
-  lookup(hash: bigint): number {
-    const ids = this.cached.get(hash);
-    return ids === undefined ? -1 : ids[0];
+  private slot(hi: number, lo: number): number {
+    return (lo ^ Math.imul(hi, 0x9e3779b1)) & this.mask;
+  }
+
+  /** The first block of `from`'s chain onward holding hash (hi, lo), or NONE. */
+  private find(from: number, hi: number, lo: number): number {
+    for (let b = from; b !== NONE; b = this.chain[b])
+      if (this.blockLo[b] === lo && this.blockHi[b] === hi) return b;
+    return NONE;
+  }
+
+  /** The generation at which `b` was last cached (see stillFirst). */
+  generation(b: number): number {
+    return this.cacheGen[b];
+  }
+
+  /**
+   * Whether block `b`, which lookup returned when its generation was `gen`, would still be
+   * returned for its hash: it has not been evicted or re-cached since. (A chain only grows at its
+   * end, so no block with the same hash can have moved ahead of it.)
+   */
+  stillFirst(b: number, gen: number): boolean {
+    return this.blockHas[b] === 1 && this.cacheGen[b] === gen;
+  }
+
+  /** The first cached block holding hash (hi, lo), or -1. */
+  lookup(hi: number, lo: number): number {
+    return this.find(this.bucket[this.slot(hi, lo)], hi, lo);
   }
 
   /** Claims already-cached blocks for one more request (prefix hit). */
@@ -106,22 +154,30 @@ export class BlockPool {
   }
 
   private evict(b: number): void {
-    const h = this.blockHash[b];
-    if (h === null) return;
-    this.blockHash[b] = null;
-    const ids = this.cached.get(h);
-    if (ids === undefined) return;
-    const at = ids.indexOf(b);
-    if (at < 0) return;
-    if (ids.length === 1) this.cached.delete(h);
-    else ids.splice(at, 1);
+    if (this.blockHas[b] === 0) return;
+    this.blockHas[b] = 0;
+    const hi = this.blockHi[b];
+    const lo = this.blockLo[b];
+    const s = this.slot(hi, lo);
+    let p = NONE;
+    let x = this.bucket[s];
+    while (x !== NONE && x !== b) {
+      p = x;
+      x = this.chain[x];
+    }
+    if (x === NONE) return;
+    if (p === NONE) this.bucket[s] = this.chain[b];
+    else this.chain[p] = this.chain[b];
+    this.chain[b] = NONE;
+    if (this.find(this.bucket[s], hi, lo) === NONE) this.distinct--;
     if (this.emitEvents)
-      this.events.push({ type: "BlockRemoved", blockHashes: [h], medium: "GPU", groupIdx: 0 });
+      this.events.push({ type: "BlockRemoved", blockHashes: [toUint64(hi, lo)], medium: "GPU", groupIdx: 0 });
   }
 
-  /** Releases blocks in the order given (callers pass a request's blocks reversed: tail evicted first). */
-  free(blocks: readonly number[]): void {
-    for (const b of blocks) {
+  /** Releases blocks last to first (a request's tail is appended to the free queue first, so evicted first). */
+  freeReversed(blocks: readonly number[]): void {
+    for (let i = blocks.length - 1; i >= 0; i--) {
+      const b = blocks[i];
       if (b === 0) continue;
       const r = --this.refCnt[b];
       if (r < 0) throw new Error(`block pool corrupted: block ${b} freed twice`);
@@ -129,50 +185,44 @@ export class BlockPool {
     }
   }
 
-  /**
-   * Registers newly full blocks under their hashes and emits one BlockStored for the run,
-   * as vLLM's cache_full_blocks does. `parent` is the hash of the block before the run.
-   */
-  cacheFullBlocks(
-    blocks: readonly number[],
-    hashes: readonly bigint[],
-    parent: bigint | null,
-    tokenIds: number[],
-    blockSize: number,
-    loraName: string | null,
-    extraKeys: (unknown[] | null)[],
-  ): void {
-    if (!this.enableCaching || blocks.length === 0) return;
-    for (let i = 0; i < blocks.length; i++) {
-      const b = blocks[i];
-      const h = hashes[i];
-      this.blockHash[b] = h;
-      const ids = this.cached.get(h);
-      if (ids === undefined) this.cached.set(h, [b]);
-      else ids.push(b);
+  /** Registers block `b` (holding no hash) as holding full block hash (hi, lo): it becomes hittable. */
+  cacheBlock(b: number, hi: number, lo: number): void {
+    if (!this.enableCaching) return;
+    this.blockHi[b] = hi;
+    this.blockLo[b] = lo;
+    this.blockHas[b] = 1;
+    this.cacheGen[b] = ++this.gen;
+    this.chain[b] = NONE;
+    const s = this.slot(hi, lo);
+    let x = this.bucket[s];
+    if (x === NONE) {
+      this.bucket[s] = b;
+      this.distinct++;
+      return;
     }
-    if (this.emitEvents)
-      this.events.push({
-        type: "BlockStored",
-        blockHashes: hashes.slice(),
-        parentBlockHash: parent,
-        tokenIds,
-        blockSize,
-        loraId: null,
-        medium: "GPU",
-        loraName,
-        extraKeys,
-        groupIdx: 0,
-        kvCacheSpecKind: "full_attention",
-        kvCacheSpecSlidingWindow: null,
-      });
+    let seen = false;
+    for (;;) {
+      if (this.blockLo[x] === lo && this.blockHi[x] === hi) seen = true;
+      const nx = this.chain[x];
+      if (nx === NONE) break;
+      x = nx;
+    }
+    this.chain[x] = b;
+    if (!seen) this.distinct++;
+  }
+
+  /** Queues an event the engine built (BlockStored), in order with the pool's own. */
+  pushEvent(e: KVEvent): void {
+    if (this.emitEvents) this.events.push(e);
   }
 
   /** reset_prefix_cache: only when no block is in use; drops every hash and emits AllBlocksCleared. */
   resetPrefixCache(): boolean {
     if (this.freeCount !== this.numBlocks - 1) return false;
-    this.cached.clear();
-    this.blockHash.fill(null);
+    this.bucket.fill(NONE);
+    this.chain.fill(NONE);
+    this.blockHas.fill(0);
+    this.distinct = 0;
     if (this.emitEvents) this.events.push({ type: "AllBlocksCleared" });
     return true;
   }
@@ -200,10 +250,25 @@ export class BlockPool {
       if (this.refCnt[b] < 0) throw new Error(`block ${b} refCnt ${this.refCnt[b]}`);
       if (this.refCnt[b] === 0 && !seen[b]) throw new Error(`block ${b} leaked: refCnt 0 but not free`);
     }
-    for (const [h, ids] of this.cached) {
-      for (const b of ids)
-        if (this.blockHash[b] !== h)
+    const chained = new Uint8Array(this.numBlocks);
+    const hashes = new Set<bigint>();
+    for (let s = 0; s < this.bucket.length; s++) {
+      for (let b = this.bucket[s]; b !== NONE; b = this.chain[b]) {
+        if (chained[b]) throw new Error(`block ${b} twice in the hash table`);
+        chained[b] = 1;
+        if (this.blockHas[b] === 0 || this.slot(this.blockHi[b], this.blockLo[b]) !== s)
           throw new Error(`cached map points hash to block ${b} which holds another`);
+        hashes.add(toUint64(this.blockHi[b], this.blockLo[b]));
+      }
     }
+    for (let b = 0; b < this.numBlocks; b++)
+      if (this.blockHas[b] !== chained[b]) throw new Error(`block ${b} holds a hash but is not in the table`);
+    if (hashes.size !== this.distinct)
+      throw new Error(`distinct hashes ${this.distinct}, counted ${hashes.size}`);
   }
+}
+
+/** The uint64 of int32 halves, as KV events carry it. */
+export function toUint64(hi: number, lo: number): bigint {
+  return (BigInt(hi >>> 0) << 32n) | BigInt(lo >>> 0);
 }

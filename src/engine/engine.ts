@@ -10,8 +10,9 @@
  * prefix-cache hit (cached full blocks, at most num_tokens − 1 tokens).
  */
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
-import { blockExtraKeys, noneHash, RequestBlockHasher } from "../kv/vllm-block-hash.ts";
+import { blockExtraKeys, noneHash } from "../kv/vllm-block-hash.ts";
 import { BlockPool } from "./block-pool.ts";
+import { type BlockHasher, FastRequestBlockHasher, fastRoot, Sha256BlockHasher } from "./fast-block-hash.ts";
 import { fnv1a32, mixSeed, Rng, sampleToken, targetOutputLength } from "./output-tokens.ts";
 import { type BatchShape, stepTime } from "./profile.ts";
 import type {
@@ -29,22 +30,44 @@ export class EngineInputError extends Error {
   override name = "EngineInputError";
 }
 
+/**
+ * How prompt blocks are hashed for the prefix cache. "sha256_cbor" (the default) is vLLM's, and
+ * what KV events must carry; "fast64" (fast-block-hash.ts) has the same chain structure and so the
+ * same hits, for runs that consume no KV events (the fleet simulator).
+ */
+export type BlockHashAlgo = "sha256_cbor" | "fast64";
+
+export interface EngineOptions {
+  blockHashAlgo?: BlockHashAlgo;
+}
+
+/** The step's event list when KV events are off, and a running request's prefix hits (never mutated). */
+const NO_EVENTS: KVEvent[] = [];
+const NO_HITS: readonly number[] = [];
+
 /** Shortest step the model may return, so a clock driven by steps always advances. */
 const MIN_STEP_SECONDS = 1e-6;
 
 interface Req {
   readonly input: EngineRequest;
   readonly record: RequestRecord;
-  /** Prompt then output token ids. */
-  readonly tokens: number[];
+  /**
+   * Prompt then output token ids: the first numTokens entries of a buffer sized for the longest
+   * the request can get (off the JS heap, so long prompts cost the garbage collector nothing).
+   */
+  readonly tokens: Float64Array;
+  numTokens: number;
   readonly numPromptTokens: number;
   readonly targetOutput: number;
   readonly rng: Rng;
-  readonly hasher: RequestBlockHasher;
+  readonly hasher: BlockHasher;
   numComputed: number;
   blocks: number[];
   /** Leading blocks already registered in the pool's hash map. */
   numCachedBlocks: number;
+  /** The last prefix-cache hit computed while waiting, with each block's cache generation then. */
+  readonly memoHits: number[];
+  readonly memoGens: number[];
   admittedOnce: boolean;
   finished: boolean;
 }
@@ -53,6 +76,7 @@ export class Engine {
   readonly config: EngineConfig;
   private readonly pool: BlockPool;
   private readonly root: Uint8Array;
+  private readonly fastRoot: [number, number] | null;
   private readonly waiting: Req[] = [];
   private readonly running: Req[] = [];
   private readonly byId = new Map<string, Req>();
@@ -69,8 +93,12 @@ export class Engine {
   };
   /** Events from calls between steps (abort, reset), published with the next step's batch. */
   private pendingEvents: KVEvent[] = [];
+  /** This step's scheduled requests and their token counts (reused across steps). */
+  private readonly schedReq: Req[] = [];
+  private readonly schedN: number[] = [];
+  private readonly decodeContexts: number[] = [];
 
-  constructor(config: EngineConfig) {
+  constructor(config: EngineConfig, options: EngineOptions = {}) {
     const bad = (what: string): never => {
       throw new RangeError(`engine config: ${what}`);
     };
@@ -92,6 +120,9 @@ export class Engine {
     this.config = config;
     this.pool = new BlockPool(config.numGpuBlocks, config.enablePrefixCaching, config.enableKvCacheEvents);
     this.root = noneHash(config.hashSeed);
+    const algo = options.blockHashAlgo ?? "sha256_cbor";
+    if (algo !== "sha256_cbor" && algo !== "fast64") bad(`unknown blockHashAlgo ${algo}`);
+    this.fastRoot = algo === "fast64" ? fastRoot(config.hashSeed) : null;
     this.vocabSize = config.vocabSize ?? 128256;
     this.eosTokenId = config.eosTokenId ?? 2;
   }
@@ -108,6 +139,7 @@ export class Engine {
       );
     if (this.byId.has(req.id)) throw new EngineInputError(`Request id ${req.id} is already running.`);
     const seed = req.seed ?? mixSeed(this.config.seed, fnv1a32(req.id));
+    const capacity = Math.floor((n + req.maxTokens) / this.config.blockSize);
     const rng = new Rng(seed);
     const r: Req = {
       input: req,
@@ -125,18 +157,31 @@ export class Engine {
         finishTime: null,
         finishReason: null,
       },
-      tokens: req.promptTokenIds.slice(),
+      tokens: new Float64Array(n + req.maxTokens),
+      numTokens: n,
       numPromptTokens: n,
       targetOutput: targetOutputLength(rng, req.maxTokens, req.ignoreEos),
       rng,
-      hasher: new RequestBlockHasher(this.root, this.config.blockSize, req.loraName, req.cacheSalt),
+      hasher:
+        this.fastRoot === null
+          ? new Sha256BlockHasher(this.root, this.config.blockSize, capacity, req.loraName, req.cacheSalt)
+          : new FastRequestBlockHasher(
+              this.fastRoot,
+              this.config.blockSize,
+              capacity,
+              req.loraName,
+              req.cacheSalt,
+            ),
       numComputed: 0,
       blocks: [],
       numCachedBlocks: 0,
+      memoHits: [],
+      memoGens: [],
       admittedOnce: false,
       finished: false,
     };
-    if (this.config.enablePrefixCaching) r.hasher.update(r.tokens);
+    r.tokens.set(req.promptTokenIds);
+    if (this.config.enablePrefixCaching) r.hasher.update(r.tokens, n);
     this.byId.set(req.id, r);
     this.enqueueWaiting(r, false);
   }
@@ -180,13 +225,16 @@ export class Engine {
     const cfg = this.config;
     const bs = cfg.blockSize;
     let budget = cfg.maxNumBatchedTokens;
-    const scheduled: { r: Req; n: number }[] = [];
+    const schedReq = this.schedReq;
+    const schedN = this.schedN;
+    schedReq.length = 0;
+    schedN.length = 0;
     let preempted = 0;
 
     // 1. Running requests, in order.
     for (let i = 0; i < this.running.length && budget > 0; ) {
       const r = this.running[i];
-      let n = r.tokens.length - r.numComputed;
+      let n = r.numTokens - r.numComputed;
       if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
         n = cfg.longPrefillTokenThreshold;
       n = Math.min(n, budget, cfg.maxModelLen - 1 - r.numComputed);
@@ -195,14 +243,15 @@ export class Engine {
         continue;
       }
       let selfPreempted = false;
-      while (!this.allocateSlots(r, n, [])) {
+      while (!this.allocateSlots(r, n, NO_HITS)) {
         const victim = this.pickVictim();
         const at = this.running.indexOf(victim);
         // Under priority scheduling the victim may already be scheduled this step: unschedule it.
-        const s = scheduled.findIndex((x) => x.r === victim);
+        const s = schedReq.indexOf(victim);
         if (s >= 0) {
-          budget += scheduled[s].n;
-          scheduled.splice(s, 1);
+          budget += schedN[s];
+          schedReq.splice(s, 1);
+          schedN.splice(s, 1);
         }
         this.preempt(victim, now);
         preempted++;
@@ -213,7 +262,8 @@ export class Engine {
         if (at < i) i--;
       }
       if (selfPreempted) break;
-      scheduled.push({ r, n });
+      schedReq.push(r);
+      schedN.push(n);
       budget -= n;
       i++;
     }
@@ -222,10 +272,10 @@ export class Engine {
     if (preempted === 0) {
       while (this.waiting.length > 0 && budget > 0 && this.running.length < cfg.maxNumSeqs) {
         const r = this.waiting[0];
-        let hitBlocks: number[] = [];
+        let hitBlocks: readonly number[] = NO_HITS;
         if (r.numComputed === 0 && cfg.enablePrefixCaching) hitBlocks = this.longestCacheHit(r);
         const computed = hitBlocks.length * bs;
-        let n = r.tokens.length - computed;
+        let n = r.numTokens - computed;
         if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
           n = cfg.longPrefillTokenThreshold;
         n = Math.min(n, budget);
@@ -235,20 +285,24 @@ export class Engine {
         r.numComputed = computed;
         if (!r.admittedOnce) {
           // vLLM records prefix-cache stats for first admissions; resumed preemptions are counted apart.
-          this.counters.prefixCacheQueries += r.tokens.length;
+          this.counters.prefixCacheQueries += r.numTokens;
           this.counters.prefixCacheHits += computed;
           r.record.cachedTokens = computed;
           r.admittedOnce = true;
         }
         if (r.record.firstScheduledTime === null) r.record.firstScheduledTime = now;
-        scheduled.push({ r, n });
+        schedReq.push(r);
+        schedN.push(n);
         budget -= n;
       }
     }
 
-    const events = this.pendingEvents.concat(this.pool.takeEvents());
-    this.pendingEvents = [];
-    if (scheduled.length === 0) {
+    let events = NO_EVENTS;
+    if (cfg.enableKvCacheEvents) {
+      events = this.pendingEvents.concat(this.pool.takeEvents());
+      this.pendingEvents = [];
+    }
+    if (schedReq.length === 0) {
       return {
         startTime: now,
         endTime: now,
@@ -262,10 +316,14 @@ export class Engine {
     }
 
     // 3. Step time from the batch's shape.
-    const shape: BatchShape = { prefills: [], decodeContexts: [] };
+    const shape: BatchShape = { prefills: [], decodeContexts: this.decodeContexts };
+    shape.decodeContexts.length = 0;
     let numPrefill = 0;
     let numDecode = 0;
-    for (const { r, n } of scheduled) {
+    const numScheduled = schedReq.length;
+    for (let k = 0; k < numScheduled; k++) {
+      const r = schedReq[k];
+      const n = schedN[k];
       if (n === 1 && r.numComputed >= r.numPromptTokens) {
         shape.decodeContexts.push(r.numComputed + 1);
         numDecode++;
@@ -279,16 +337,17 @@ export class Engine {
 
     // 4. Advance computed tokens; requests whose every token is computed sample one more.
     const outputs: TokenOutput[] = [];
-    for (const { r, n } of scheduled) {
-      r.numComputed += n;
-      if (r.numComputed < r.tokens.length) continue;
+    for (let k = 0; k < numScheduled; k++) {
+      const r = schedReq[k];
+      r.numComputed += schedN[k];
+      if (r.numComputed < r.numTokens) continue;
       const out = r.record.outputTokenIds.length + 1;
       const last = out >= r.targetOutput;
       const tok =
         last && !r.input.ignoreEos && r.targetOutput < r.input.maxTokens
           ? this.eosTokenId
           : sampleToken(r.rng, this.vocabSize);
-      r.tokens.push(tok);
+      r.tokens[r.numTokens++] = tok;
       r.record.outputTokenIds.push(tok);
       r.record.tokenTimes.push(end);
       if (r.record.firstTokenTime === null) {
@@ -296,10 +355,11 @@ export class Engine {
         this.counters.promptTokens += r.numPromptTokens;
       }
       this.counters.generationTokens++;
-      if (cfg.enablePrefixCaching) r.hasher.update(r.tokens);
+      // Only a token that completes a block gives the hasher anything new to hash.
+      if (cfg.enablePrefixCaching && r.numTokens % bs === 0) r.hasher.update(r.tokens, r.numTokens);
       let reason: FinishReason | null = null;
       if (last) reason = r.targetOutput < r.input.maxTokens ? "stop" : "length";
-      else if (r.tokens.length >= cfg.maxModelLen) reason = "length";
+      else if (r.numTokens >= cfg.maxModelLen) reason = "length";
       const o: TokenOutput = { requestId: r.record.id, newTokenIds: [tok], finishReason: reason };
       if (reason !== null) {
         removeFrom(this.running, r);
@@ -315,7 +375,7 @@ export class Engine {
       kvEvents: this.batch(events, now),
       numPrefillTokens: numPrefill,
       numDecodeTokens: numDecode,
-      numScheduledRequests: scheduled.length,
+      numScheduledRequests: numScheduled,
       numPreemptedThisStep: preempted,
     };
   }
@@ -338,21 +398,34 @@ export class Engine {
     return this.running[this.running.length - 1];
   }
 
-  /** Cached leading blocks of `r`, capped so at least the last prompt token is recomputed. */
-  private longestCacheHit(r: Req): number[] {
-    const maxBlocks = Math.floor((r.tokens.length - 1) / this.config.blockSize);
-    const hashes = r.hasher.hashes;
-    const out: number[] = [];
-    for (let i = 0; i < maxBlocks && i < hashes.length; i++) {
-      const b = this.pool.lookup(hashes[i].value);
+  /**
+   * Cached leading blocks of `r`, capped so at least the last prompt token is recomputed. A request
+   * that cannot be admitted is looked up again at every step, so the last answer is kept and only
+   * its blocks that were evicted or re-cached since, and the blocks after it, are looked up again.
+   * The returned array is the request's memo: valid until the next call.
+   */
+  private longestCacheHit(r: Req): readonly number[] {
+    const { his, los, count } = r.hasher;
+    const limit = Math.min(Math.floor((r.numTokens - 1) / this.config.blockSize), count);
+    const hits = r.memoHits;
+    const gens = r.memoGens;
+    const pool = this.pool;
+    let i = 0;
+    const known = Math.min(hits.length, limit);
+    while (i < known && pool.stillFirst(hits[i], gens[i])) i++;
+    hits.length = i;
+    gens.length = i;
+    for (; i < limit; i++) {
+      const b = pool.lookup(his[i], los[i]);
       if (b < 0) break;
-      out.push(b);
+      hits.push(b);
+      gens.push(pool.generation(b));
     }
-    return out;
+    return hits;
   }
 
   /** vLLM's allocate_slots: take hit blocks and new blocks for `n` more tokens, or fail leaving state untouched. */
-  private allocateSlots(r: Req, n: number, hitBlocks: number[]): boolean {
+  private allocateSlots(r: Req, n: number, hitBlocks: readonly number[]): boolean {
     const bs = this.config.blockSize;
     const computedAfter = r.numComputed + hitBlocks.length * bs;
     const required = Math.ceil((computedAfter + n) / bs);
@@ -367,7 +440,7 @@ export class Engine {
     }
     if (numNew > 0) for (const b of this.pool.getNewBlocks(numNew)) r.blocks.push(b);
     if (this.config.enablePrefixCaching) {
-      const full = Math.floor(Math.min(computedAfter + n, r.tokens.length) / bs);
+      const full = Math.floor(Math.min(computedAfter + n, r.numTokens) / bs);
       this.cacheFullBlocks(r, full);
     }
     return true;
@@ -376,30 +449,36 @@ export class Engine {
   private cacheFullBlocks(r: Req, numFull: number): void {
     const from = r.numCachedBlocks;
     if (numFull <= from) return;
+    const h = r.hasher;
+    for (let i = from; i < numFull; i++) this.pool.cacheBlock(r.blocks[i], h.his[i], h.los[i]);
+    r.numCachedBlocks = numFull;
+    if (!this.config.enableKvCacheEvents) return;
+    // vLLM's cache_full_blocks publishes one BlockStored per newly cached run of blocks.
     const bs = this.config.blockSize;
-    const hashes = r.hasher.hashes;
     const values: bigint[] = [];
     const extra: (unknown[] | null)[] = [];
     for (let i = from; i < numFull; i++) {
-      values.push(hashes[i].value);
+      values.push(h.value(i));
       extra.push(blockExtraKeys(i, r.input.loraName, r.input.cacheSalt));
     }
-    const parent = from === 0 ? null : hashes[from - 1].value;
-    this.pool.cacheFullBlocks(
-      r.blocks.slice(from, numFull),
-      values,
-      parent,
-      r.tokens.slice(from * bs, numFull * bs),
-      bs,
-      r.input.loraName ?? null,
-      extra,
-    );
-    r.numCachedBlocks = numFull;
+    this.pool.pushEvent({
+      type: "BlockStored",
+      blockHashes: values,
+      parentBlockHash: from === 0 ? null : h.value(from - 1),
+      tokenIds: Array.from(r.tokens.subarray(from * bs, numFull * bs)),
+      blockSize: bs,
+      loraId: null,
+      medium: "GPU",
+      loraName: r.input.loraName ?? null,
+      extraKeys: extra,
+      groupIdx: 0,
+      kvCacheSpecKind: "full_attention",
+      kvCacheSpecSlidingWindow: null,
+    });
   }
 
   private freeBlocks(r: Req): void {
-    const reversed = r.blocks.slice().reverse();
-    this.pool.free(reversed);
+    this.pool.freeReversed(r.blocks);
     r.blocks = [];
     r.numCachedBlocks = 0;
   }

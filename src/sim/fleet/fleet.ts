@@ -1,0 +1,316 @@
+/**
+ * The fleet simulator's event loop: one workload run through the real scheduler (the gateway's
+ * plugins and admission) onto N engine models, in virtual time. Deterministic: no clocks, no
+ * Math.random; time is passed explicitly and every random draw comes from a seeded stream.
+ *
+ * A request's life: arrival at the gateway (tokenized; admission, schedule, onPicked against the
+ * endpoints' metrics as of the last scrape) → delivery to its replica after the gateway delay →
+ * engine steps (one output chunk per step, at the step's end) → onResponseStarted at its first
+ * token, onResponseComplete and the arrival scheduler's completion at its last. A request refused
+ * by admission or the scheduler, or rejected by the engine, is recorded as dropped.
+ *
+ * Invariants (a violation throws): the clock never goes back (INV-1); every request is resolved —
+ * completed or dropped — exactly once, and no engine holds a request after the run (INV-2); a
+ * replica with work always has a step in flight or queued, so the queue never runs dry while
+ * requests are unresolved (INV-3).
+ */
+import type { RequestRecord } from "../../bench/metrics.ts";
+import type { FleetResult } from "../../bench/results.ts";
+import { ArrivalScheduler } from "../../bench/schedule.ts";
+import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
+import { EngineInputError } from "../../engine/engine.ts";
+import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
+import type { Admission } from "../../flow/admission.ts";
+import type { Scheduler } from "../../scheduler/scheduler.ts";
+import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
+import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
+import { PromptTokenizer } from "./prompt-tokens.ts";
+import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
+
+export interface FleetObserver {
+  onEvent?(e: SimEvent): void;
+  /** A step's results at its end time (its KV events too, when the fleet records them). */
+  onStepEnd?(now: number, replica: number, result: StepResult): void;
+  onScrape?(now: number, replica: number, metrics: EndpointMetrics): void;
+  onSchedule?(
+    now: number,
+    req: RequestFacts,
+    candidates: readonly EndpointState[],
+    target: string | null,
+  ): void;
+}
+
+export interface FleetRunOptions {
+  fleet: FleetConfig;
+  workload: Workload;
+  scheduler: Scheduler;
+  admission: Admission;
+  /** Seeds the engines' output-token streams. */
+  seed: number;
+  /** Seconds between metric scrapes (> 0). */
+  scrapeInterval: number;
+  /** Seconds from the gateway's decision to the replica receiving the request (≥ 0). */
+  gatewayDelay: number;
+  /** Give the router real token ids (a tokenizer in the gateway); else it hashes prompt bytes. */
+  routerTokenizer: boolean;
+  /** Shared across runs so each distinct text chunk is tokenized once per process. */
+  tokenizer?: PromptTokenizer;
+  observer?: FleetObserver;
+}
+
+export interface FleetCounters {
+  events: number;
+  steps: number;
+  scrapes: number;
+  completed: number;
+  dropped: number;
+  prefillTokens: number;
+  decodeTokens: number;
+}
+
+export interface FleetRunResult {
+  /** One record per workload request, in workload order (the live driver's record shape). */
+  records: RequestRecord[];
+  stageStarts: Array<number | undefined>;
+  fleet: FleetResult;
+  counters: FleetCounters;
+  /** Virtual time of the last event handled. */
+  endTime: number;
+}
+
+const PENDING = 0;
+const IN_FLIGHT = 1;
+const DONE = 2;
+const EMPTY_TIMES = new Float64Array(0);
+const EMPTY_TOKENS = new Uint8Array(0);
+
+export function runFleet(o: FleetRunOptions): FleetRunResult {
+  if (!(o.scrapeInterval > 0) || !Number.isFinite(o.scrapeInterval))
+    throw new RangeError(`scrapeInterval must be > 0, got ${o.scrapeInterval}`);
+  if (!(o.gatewayDelay >= 0) || !Number.isFinite(o.gatewayDelay))
+    throw new RangeError(`gatewayDelay must be ≥ 0, got ${o.gatewayDelay}`);
+  const { workload, scheduler, admission, observer } = o;
+  const tok = o.tokenizer ?? new PromptTokenizer();
+  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, o.fleet, o.seed));
+  const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
+  const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
+  const specs = workload.requests;
+  const n = specs.length;
+  const indexOf = new Map<string, number>();
+  for (let i = 0; i < n; i++) {
+    if (indexOf.has(specs[i].id)) throw new Error(`workload: duplicate request id ${specs[i].id}`);
+    indexOf.set(specs[i].id, i);
+  }
+  const status = new Uint8Array(n);
+  const records: RequestRecord[] = new Array(n);
+  const facts: Array<RequestFacts | undefined> = new Array(n);
+  const tokens: Array<number[] | undefined> = new Array(n);
+  const started = new Uint8Array(n);
+  const arrivals = new ArrivalScheduler(workload);
+  const q = new EventQueue();
+  const counters: FleetCounters = {
+    events: 0,
+    steps: 0,
+    scrapes: 0,
+    completed: 0,
+    dropped: 0,
+    prefillTokens: 0,
+    decodeTokens: 0,
+  };
+  let now = 0;
+  let resolved = 0;
+  let scrapeTick = 0;
+  let nextArrivalAt = Number.POSITIVE_INFINITY;
+  const kvTicks: KvTicks = { min: 0, mean: 0, max: 0, peak: 0, count: 0 };
+
+  const resolve = (i: number) => {
+    if (status[i] === DONE) throw new Error(`INV-2: request ${specs[i].id} resolved twice`);
+    status[i] = DONE;
+    resolved++;
+    facts[i] = undefined;
+    tokens[i] = undefined;
+    arrivals.complete(specs[i].id, now);
+    queueArrival();
+  };
+  const drop = (i: number, kind: string, message: string, httpStatus?: number) => {
+    const r = records[i];
+    r.end = now;
+    r.error = { kind, message, ...(httpStatus !== undefined ? { status: httpStatus } : {}) };
+    counters.dropped++;
+    resolve(i);
+  };
+  const queueArrival = () => {
+    const t = arrivals.nextTime();
+    if (t === undefined || t >= nextArrivalAt) return;
+    nextArrivalAt = Math.max(t, now);
+    q.push(nextArrivalAt, Priority.ARRIVAL, "arrival");
+  };
+  const queueStart = (rep: Replica) => {
+    if (rep.busy || rep.startPending) return;
+    rep.startPending = true;
+    q.push(now, Priority.STEP_START, "step-start", rep.index);
+  };
+
+  const arrive = (spec: RequestSpec) => {
+    const i = indexOf.get(spec.id) as number;
+    if (status[i] !== PENDING) throw new Error(`INV-2: request ${spec.id} arrived twice`);
+    status[i] = IN_FLIGHT;
+    const chat = spec.kind === "chat";
+    const ids = chat ? tok.chat(spec.messages ?? []) : tok.completion(spec.prompt ?? "");
+    records[i] = {
+      id: spec.id,
+      ...(spec.stage !== undefined ? { stage: spec.stage } : {}),
+      ...(spec.stage !== undefined && workload.stages[spec.stage]?.warmup ? { warmup: true } : {}),
+      start: now,
+      end: now,
+      chunkTimes: EMPTY_TIMES,
+      chunkTokens: EMPTY_TOKENS,
+      promptTokens: ids.length,
+      completionTokens: 0,
+    };
+    const f: RequestFacts = {
+      requestId: spec.id,
+      model: o.fleet.model,
+      prompt: chat
+        ? { kind: "chat", messages: spec.messages ?? [] }
+        : { kind: "completion", prompt: spec.prompt ?? "" },
+      maxTokens: spec.maxTokens,
+      stream: true,
+      priority: 0,
+      ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
+      ...(o.routerTokenizer ? { tokenIds: ids } : {}),
+    };
+    const adm = admission.admit(f, candidates, now);
+    if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
+    const result = scheduler.schedule(f, candidates, now);
+    observer?.onSchedule?.(now, f, candidates, result.target?.id ?? null);
+    if (result.failure !== null || result.target === null) {
+      const st = result.failure?.status ?? 503;
+      return drop(i, `http_${st}`, result.failure?.message ?? "no target", st);
+    }
+    const rep = byEndpoint.get(result.target.id);
+    if (rep === undefined) throw new Error(`scheduler picked unknown endpoint ${result.target.id}`);
+    scheduler.onPicked(f, result, now);
+    facts[i] = f;
+    tokens[i] = ids;
+    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", rep, i);
+  };
+
+  const deliver = (e: SimEvent) => {
+    const i = e.request;
+    const rep = replicas[e.replica];
+    const spec = specs[i];
+    try {
+      rep.engine.addRequest(
+        { id: spec.id, promptTokenIds: tokens[i] as number[], maxTokens: spec.maxTokens, ignoreEos: true },
+        now,
+      );
+    } catch (err) {
+      if (!(err instanceof EngineInputError)) throw err;
+      scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+      return drop(i, "http_400", err.message, 400);
+    }
+    tokens[i] = undefined;
+    queueStart(rep);
+  };
+
+  const finish = (i: number, rep: Replica, rec: EngineRecord) => {
+    const r = records[i];
+    const m = rec.tokenTimes.length;
+    r.end = now;
+    r.chunkTimes = Float64Array.from(rec.tokenTimes);
+    r.chunkTokens = new Uint8Array(m).fill(1);
+    r.completionTokens = rec.outputTokenIds.length;
+    r.cachedTokens = rec.cachedTokens;
+    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    counters.completed++;
+    resolve(i);
+  };
+
+  const stepEnd = (rep: Replica) => {
+    const res = rep.endStep();
+    observer?.onStepEnd?.(now, rep.index, res);
+    const at = rep.outputIndices(res.outputs, indexOf);
+    for (let k = 0; k < res.outputs.length; k++) {
+      const out = res.outputs[k];
+      const i = at[k];
+      if (started[i] === 0) {
+        started[i] = 1;
+        scheduler.onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
+      }
+      if (out.record !== undefined) finish(i, rep, out.record);
+    }
+    rep.publish();
+    if (rep.engine.hasUnfinishedRequests()) queueStart(rep);
+  };
+
+  const scrape = () => {
+    let lo = Number.POSITIVE_INFINITY;
+    let hi = 0;
+    let sum = 0;
+    for (const rep of replicas) {
+      const m = rep.scrape(now);
+      observer?.onScrape?.(now, rep.index, m);
+      lo = Math.min(lo, m.kvCacheUsagePercent);
+      hi = Math.max(hi, m.kvCacheUsagePercent);
+      sum += m.kvCacheUsagePercent;
+    }
+    kvTicks.min += lo;
+    kvTicks.max += hi;
+    kvTicks.mean += sum / replicas.length;
+    kvTicks.peak = Math.max(kvTicks.peak, hi);
+    kvTicks.count++;
+    counters.scrapes++;
+    // k × interval rather than repeated addition, so scrape times carry no accumulated error.
+    q.push(++scrapeTick * o.scrapeInterval, Priority.SCRAPE, "scrape");
+  };
+
+  q.push(0, Priority.SCRAPE, "scrape");
+  queueArrival();
+  while (resolved < n) {
+    const e = q.pop();
+    if (e === undefined)
+      throw new Error(`INV-3: fleet run stalled at t=${now}: ${n - resolved} requests unresolved`);
+    if (e.time < now) throw new Error(`INV-1: event at t=${e.time} after t=${now}`);
+    now = e.time;
+    counters.events++;
+    observer?.onEvent?.(e);
+    switch (e.kind) {
+      case "step-end":
+        stepEnd(replicas[e.replica]);
+        break;
+      case "scrape":
+        scrape();
+        break;
+      case "arrival":
+        if (e.time === nextArrivalAt) nextArrivalAt = Number.POSITIVE_INFINITY;
+        for (const s of arrivals.takeDue(now)) arrive(s.spec);
+        queueArrival();
+        break;
+      case "deliver":
+        deliver(e);
+        break;
+      case "step-start": {
+        const rep = replicas[e.replica];
+        rep.startPending = false;
+        if (!rep.busy && rep.engine.hasUnfinishedRequests())
+          q.push(rep.startStep(now), Priority.STEP_END, "step-end", rep.index);
+        break;
+      }
+    }
+  }
+  for (const rep of replicas) {
+    counters.steps += rep.steps;
+    counters.prefillTokens += rep.prefillTokens;
+    counters.decodeTokens += rep.decodeTokens;
+    if (rep.busy || rep.engine.hasUnfinishedRequests())
+      throw new Error(`INV-2: replica ${rep.state.id} still has work after every request resolved`);
+  }
+  return {
+    records,
+    stageStarts: workload.stages.map((s) => arrivals.stageStart(s.index)),
+    fleet: fleetResult(replicas, kvTicks),
+    counters,
+    endTime: now,
+  };
+}

@@ -1,0 +1,218 @@
+/**
+ * Theoretical limits of a workload on a fleet (reference simulation-benchmarks-flow-control.md
+ * §2.6), so a simulated result is read against what the hardware could do and not only against
+ * round-robin. Three prefix-cache regimes, each a bound on what routing can achieve:
+ *
+ * - "zero": nothing is ever reused.
+ * - "group": each request reuses its group's shared prefix — the longest block-aligned prefix it
+ *   shares with another distinct prompt of its group (groupId, else sessionId) — except the first
+ *   request of each group, which computes it: every request of a group goes to a replica already
+ *   holding the group's prefix. Requests without a group reuse nothing.
+ * - "repeat": the fleet as one infinite cache under perfect routing: every full block any earlier
+ *   request (in arrival order) computed is reused; the first occurrence of each block is computed
+ *   once. With prompt sets that cycle (inference-perf's shared_prefix) this exceeds "group".
+ * Hit rate of a regime = Σ hit tokens / Σ prompt tokens, hits block-aligned and capped at
+ * prompt − 1 tokens as vLLM does.
+ *
+ * Per regime, two ceilings (output tokens/s):
+ * - prefill-bound: fleet prefill rate at full chunks (the step-time model at one
+ *   max_num_batched_tokens chunk, no context) ÷ mean uncached prompt tokens = requests/s, × mean
+ *   output tokens;
+ * - KV/decode-bound: the KV left per replica after the regime's resident set (the blocks it
+ *   reuses at least once, perfectly partitioned over the replicas) ÷ tokens a live request holds beyond it (uncached
+ *   prompt + half its output, on average) = concurrent requests per replica (≤ max_num_seqs),
+ *   ÷ the step time of that many decodes at mean context (prompt + half the output).
+ * The regime's ceiling is the smaller one; it ignores prefill/decode interference in a step.
+ */
+import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
+import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
+import { stepTime } from "../../engine/profile.ts";
+import type { PromptTokenizer } from "./prompt-tokens.ts";
+import type { FleetConfig } from "./replica.ts";
+
+export interface RegimeLimit {
+  prefix_hit_rate: number;
+  uncached_prompt_tokens_mean: number;
+  prefill_requests_per_s: number;
+  prefill_output_tokens_per_s: number;
+  resident_tokens_per_replica: number;
+  /** False when the resident set does not fit the KV cache: the regime is unreachable. */
+  resident_fits: boolean;
+  live_tokens_per_request: number;
+  concurrency_per_replica: number;
+  decode_step_s: number;
+  decode_output_tokens_per_s: number;
+  output_tokens_per_s: number;
+}
+
+export interface Limits {
+  replicas: number;
+  kv_tokens_per_replica: number;
+  requests: number;
+  prompt_tokens_mean: number;
+  output_tokens_mean: number;
+  prefill_chunk_tokens: number;
+  prefill_chunk_s: number;
+  prefill_tokens_per_s_per_replica: number;
+  regimes: { zero: RegimeLimit; group: RegimeLimit; repeat: RegimeLimit };
+}
+
+interface PromptInfo {
+  tokens: number;
+  /** Full-block hashes as 53-bit numbers (collisions here only blur an estimate). */
+  blocks: number[];
+}
+
+/** Limits of `workload` on `fleet`; prompts are tokenized as the replicas would see them. */
+export function computeLimits(workload: Workload, fleet: FleetConfig, tok: PromptTokenizer): Limits {
+  const bs = fleet.blockSize;
+  const root = fastRoot("limits");
+  // Prompts are identified by their text (completion prompt, or rendered chat template).
+  const completions = new Map<string, PromptInfo>();
+  const chats = new Map<string, PromptInfo>();
+  const promptOf = (r: RequestSpec): PromptInfo => {
+    const chat = r.kind === "chat";
+    const text = chat
+      ? tok.tokenizer.applyChatTemplate(r.messages ?? [], { addGenerationPrompt: true })
+      : (r.prompt ?? "");
+    const info = chat ? chats : completions;
+    let p = info.get(text);
+    if (p === undefined) {
+      const ids = chat ? tok.chat(r.messages ?? []) : tok.completion(text);
+      const h = new FastRequestBlockHasher(root, bs, Math.floor(ids.length / bs));
+      h.update(Float64Array.from(ids), ids.length);
+      const blocks = new Array<number>(h.count);
+      for (let i = 0; i < h.count; i++) blocks[i] = (h.his[i] & 0x1fffff) * 4294967296 + (h.los[i] >>> 0);
+      p = { tokens: ids.length, blocks };
+      info.set(text, p);
+    }
+    return p;
+  };
+  const reqs = workload.requests
+    .map((r, i) => ({ r, i }))
+    .sort((a, b) => a.r.arrivalTime - b.r.arrivalTime || a.i - b.i)
+    .map((x) => x.r);
+  const n = reqs.length;
+  const groupOf = (r: RequestSpec) =>
+    r.groupId !== undefined ? `g${r.groupId}` : r.sessionId !== undefined ? `s${r.sessionId}` : undefined;
+
+  // Each group's distinct prompts, to find every prompt's shared group prefix.
+  const groups = new Map<string, Set<PromptInfo>>();
+  for (const r of reqs) {
+    const g = groupOf(r);
+    if (g === undefined) continue;
+    let set = groups.get(g);
+    if (set === undefined) groups.set(g, (set = new Set()));
+    set.add(promptOf(r));
+  }
+  const groupPrefix = new Map<PromptInfo, number>();
+  for (const set of groups.values()) {
+    const list = [...set];
+    for (const p of list) {
+      let best = 0;
+      for (const q of list) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
+      groupPrefix.set(p, best);
+    }
+  }
+
+  let promptSum = 0;
+  let outputSum = 0;
+  let groupHits = 0;
+  let repeatHits = 0;
+  /** Blocks computed so far → 1 once some later request reused them, else 0. */
+  const seen = new Map<number, number>();
+  let reused = 0;
+  const seenGroups = new Set<string>();
+  const groupResident = new Map<string, number>();
+  for (const r of reqs) {
+    const p = promptOf(r);
+    promptSum += p.tokens;
+    outputSum += r.maxTokens;
+    const cap = Math.floor((p.tokens - 1) / bs);
+    const g = groupOf(r);
+    if (g !== undefined) {
+      const shared = Math.min(groupPrefix.get(p) ?? 0, cap);
+      if (seenGroups.has(g)) {
+        groupHits += shared * bs;
+        groupResident.set(g, Math.max(groupResident.get(g) ?? 0, shared * bs));
+      } else seenGroups.add(g);
+    }
+    let k = 0;
+    for (; k < cap; k++) {
+      const b = p.blocks[k];
+      const state = seen.get(b);
+      if (state === undefined) break;
+      if (state === 0) {
+        seen.set(b, 1);
+        reused++;
+      }
+    }
+    repeatHits += k * bs;
+    for (const b of p.blocks) if (!seen.has(b)) seen.set(b, 0);
+  }
+  let groupResidentSum = 0;
+  for (const v of groupResident.values()) groupResidentSum += v;
+
+  const chunk = fleet.maxNumBatchedTokens;
+  const chunkS = stepTime(fleet.profile, {
+    prefills: [{ tokens: chunk, context: 0 }],
+    decodeContexts: [],
+  }).total;
+  const prefillRate = chunk / chunkS;
+  const kv = (fleet.numGpuBlocks - 1) * bs;
+  const promptMean = n ? promptSum / n : 0;
+  const outputMean = n ? outputSum / n : 0;
+  const regime = (hits: number, resident: number): RegimeLimit => {
+    const uncached = n ? (promptSum - hits) / n : 0;
+    const reqRate = uncached > 0 ? (fleet.replicas * prefillRate) / uncached : Number.POSITIVE_INFINITY;
+    const residentPer = resident / fleet.replicas;
+    const live = uncached + outputMean / 2;
+    const free = kv - residentPer;
+    const conc = Math.max(
+      0,
+      Math.min(fleet.maxNumSeqs, live > 0 ? Math.floor(free / live) : fleet.maxNumSeqs),
+    );
+    const ctx = Math.round(promptMean + outputMean / 2);
+    const dStep =
+      conc > 0
+        ? stepTime(fleet.profile, { prefills: [], decodeContexts: new Array(conc).fill(ctx) }).total
+        : 0;
+    const decodeOut = conc > 0 ? (fleet.replicas * conc) / dStep : 0;
+    const prefillOut = reqRate * outputMean;
+    return {
+      prefix_hit_rate: promptSum > 0 ? hits / promptSum : 0,
+      uncached_prompt_tokens_mean: uncached,
+      prefill_requests_per_s: reqRate,
+      prefill_output_tokens_per_s: prefillOut,
+      resident_tokens_per_replica: residentPer,
+      resident_fits: free > 0,
+      live_tokens_per_request: live,
+      concurrency_per_replica: conc,
+      decode_step_s: dStep,
+      decode_output_tokens_per_s: decodeOut,
+      output_tokens_per_s: Math.min(prefillOut, decodeOut),
+    };
+  };
+  return {
+    replicas: fleet.replicas,
+    kv_tokens_per_replica: kv,
+    requests: n,
+    prompt_tokens_mean: promptMean,
+    output_tokens_mean: outputMean,
+    prefill_chunk_tokens: chunk,
+    prefill_chunk_s: chunkS,
+    prefill_tokens_per_s_per_replica: prefillRate,
+    regimes: {
+      zero: regime(0, 0),
+      group: regime(groupHits, groupResidentSum),
+      repeat: regime(repeatHits, reused * bs),
+    },
+  };
+}
+
+function commonBlocks(a: readonly number[], b: readonly number[]): number {
+  const m = Math.min(a.length, b.length);
+  let k = 0;
+  while (k < m && a[k] === b[k]) k++;
+  return k;
+}

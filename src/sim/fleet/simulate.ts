@@ -1,0 +1,200 @@
+/**
+ * Runs a scenario: generates its workload once, then for each router builds a fresh fleet and a
+ * fresh scheduler from the router's EndpointPickerConfig, runs the event loop and turns the
+ * records into a results-file run with the bench's own aggregation (buildRun), alongside the
+ * workload's theoretical limits. Everything in the results is a function of the scenario and its
+ * seeds except the wall-clock fields, `created` and `wall_clock`, kept apart (stripWallClock).
+ */
+import type { RunResult } from "../../bench/results.ts";
+import { buildRun } from "../../bench/run.ts";
+import { KVGATE_VERSION } from "../../bench/version.ts";
+import { generateWorkload } from "../../bench/workloads/spec.ts";
+import type { Workload } from "../../bench/workloads/types.ts";
+import { admissionFromConfig } from "../../flow/admission.ts";
+import { printConfig } from "../../scheduler/defaults.ts";
+import { createScheduler } from "../../scheduler/scheduler.ts";
+import { runFleet } from "./fleet.ts";
+import { computeLimits, type Limits } from "./limits.ts";
+import { PromptTokenizer } from "./prompt-tokens.ts";
+import { type Scenario, ScenarioError } from "./scenario.ts";
+
+export interface SimulateOptions {
+  /** Run only these routers (by scenario name), in the scenario's order. */
+  routers?: string[];
+  /** Scale the workload down to a tenth (at least 20 requests, 2 per closed-loop user) for a smoke run. */
+  quick?: boolean;
+  onRouterStart?(name: string, index: number, total: number): void;
+  onRouterDone?(outcome: RouterOutcome): void;
+}
+
+/** A results-file run with the simulator's additions. */
+export type SimRun = RunResult & {
+  limits: Limits;
+  simulation: Record<string, unknown>;
+  router_config: { source: string; effective: string };
+};
+
+export interface RouterOutcome {
+  run: SimRun;
+  wallSeconds: number;
+  cpuSeconds: number;
+}
+
+export interface SimResults {
+  kvgate_version: string;
+  created: string;
+  simulated: true;
+  time_unit: "simulated_seconds";
+  scenario: Record<string, unknown>;
+  limits: Limits;
+  runs: SimRun[];
+  wall_clock: {
+    created: string;
+    total_s: number;
+    routers: { router: string; wall_s: number; cpu_s: number }[];
+  };
+}
+
+/** The workload a scenario runs (scaled down under `quick`). */
+export function scenarioWorkload(
+  sc: Scenario,
+  quick = false,
+): { spec: Scenario["workload"]; workload: Workload } {
+  let spec = sc.workload;
+  let workload = generateWorkload(spec, { traceText: sc.traceText });
+  if (quick) {
+    const n = workload.requests.length;
+    // Closed-loop users keep at least two requests each, so they still revisit their prefixes.
+    const users = spec.arrival.type === "closed" ? 2 * spec.arrival.users : 0;
+    spec = { ...spec, numRequests: Math.min(n, Math.max(20, users, Math.ceil(n / 10))) };
+    workload = generateWorkload(spec, { traceText: sc.traceText });
+  }
+  return { spec, workload };
+}
+
+export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
+  const t0 = performance.now();
+  const routers = opts.routers === undefined ? sc.routers : pickRouters(sc, opts.routers);
+  const { spec, workload } = scenarioWorkload(sc, opts.quick);
+  const tokenizer = new PromptTokenizer();
+  const limits = computeLimits(workload, sc.fleet, tokenizer);
+  const outcomes: RouterOutcome[] = [];
+  for (const [k, r] of routers.entries()) {
+    opts.onRouterStart?.(r.name, k, routers.length);
+    const w0 = performance.now();
+    const c0 = process.cpuUsage();
+    let created: Awaited<ReturnType<typeof createScheduler>>;
+    try {
+      created = await createScheduler(r.configText, { seed: sc.seed });
+    } catch (err) {
+      throw new ScenarioError(
+        `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
+      );
+    }
+    const { admission } = admissionFromConfig(created.config);
+    const res = runFleet({
+      fleet: sc.fleet,
+      workload,
+      scheduler: created.scheduler,
+      admission,
+      seed: sc.seed,
+      scrapeInterval: sc.scrapeInterval,
+      gatewayDelay: sc.gatewayDelay,
+      routerTokenizer: sc.routerTokenizer,
+      tokenizer,
+    });
+    const base = buildRun(
+      spec,
+      workload,
+      { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
+      { router: r.name, timeScale: 1 },
+    );
+    for (const st of base.stages) {
+      let cached = 0;
+      let prompt = 0;
+      for (const rec of res.records)
+        if (rec.stage === st.index && !rec.error && rec.cachedTokens !== undefined) {
+          cached += rec.cachedTokens;
+          prompt += rec.promptTokens;
+        }
+      (st as Record<string, unknown>).prefix_cache_hit_rate = prompt > 0 ? cached / prompt : null;
+    }
+    const run: SimRun = {
+      ...base,
+      router_config: { source: r.source, effective: printConfig(created.config) },
+      simulation: {
+        seed: sc.seed,
+        end_time_s: res.endTime,
+        events: res.counters.events,
+        steps: res.counters.steps,
+        scrapes: res.counters.scrapes,
+        prefill_tokens: res.counters.prefillTokens,
+        decode_tokens: res.counters.decodeTokens,
+        completed: res.counters.completed,
+        dropped: res.counters.dropped,
+        config_warnings: created.warnings,
+      },
+      limits,
+    };
+    const c = process.cpuUsage(c0);
+    const outcome = {
+      run,
+      wallSeconds: (performance.now() - w0) / 1000,
+      cpuSeconds: (c.user + c.system) / 1e6,
+    };
+    outcomes.push(outcome);
+    opts.onRouterDone?.(outcome);
+  }
+  const created = new Date().toISOString();
+  return {
+    kvgate_version: KVGATE_VERSION,
+    created,
+    simulated: true,
+    time_unit: "simulated_seconds",
+    scenario: {
+      name: sc.name,
+      description: sc.description,
+      file: sc.origin,
+      seed: sc.seed,
+      quick: opts.quick === true,
+      fleet: {
+        replicas: sc.fleet.replicas,
+        profile: sc.fleet.profile.name,
+        model: sc.fleet.model,
+        kv_tokens: sc.kvTokens,
+        num_gpu_blocks: sc.fleet.numGpuBlocks,
+        block_size: sc.fleet.blockSize,
+        max_num_seqs: sc.fleet.maxNumSeqs,
+        max_num_batched_tokens: sc.fleet.maxNumBatchedTokens,
+        max_model_len: sc.fleet.maxModelLen,
+        block_hash: sc.fleet.blockHashAlgo,
+        kv_events: sc.fleet.enableKvCacheEvents,
+      },
+      scrape_interval_s: sc.scrapeInterval,
+      gateway_delay_s: sc.gatewayDelay,
+      router_tokenizer: sc.routerTokenizer,
+      workload: spec,
+    },
+    limits,
+    runs: outcomes.map((o) => o.run),
+    wall_clock: {
+      created,
+      total_s: (performance.now() - t0) / 1000,
+      routers: outcomes.map((o) => ({ router: o.run.router, wall_s: o.wallSeconds, cpu_s: o.cpuSeconds })),
+    },
+  };
+}
+
+function pickRouters(sc: Scenario, names: string[]): Scenario["routers"] {
+  const known = new Set(sc.routers.map((r) => r.name));
+  for (const n of names)
+    if (!known.has(n))
+      throw new ScenarioError(`unknown router "${n}"; the scenario has ${[...known].join(", ")}`);
+  return sc.routers.filter((r) => names.includes(r.name));
+}
+
+/** The results without their wall-clock fields: equal for equal scenarios and seeds. */
+export function stripWallClock(r: SimResults): Omit<SimResults, "created" | "wall_clock"> {
+  const { created: _c, wall_clock: _w, ...rest } = r;
+  return rest;
+}

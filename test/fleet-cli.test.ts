@@ -1,0 +1,74 @@
+/** `kvgate simulate`: a small scenario end to end through the CLI, and a usage error's exit code. */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { after, describe, it } from "node:test";
+import { promisify } from "node:util";
+import { parseResultsFile } from "../src/bench/results.ts";
+
+const run = promisify(execFile);
+const dir = mkdtempSync(join(tmpdir(), "kvgate-simulate-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const CLI = [resolve("bin/kvgate")];
+const EXAMPLES = resolve("config/examples");
+
+async function kvgate(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [...CLI, ...args], { timeout: 120_000 });
+    return { code: 0, stdout, stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: err.code ?? -1, stdout: err.stdout ?? "", stderr: err.stderr ?? "" };
+  }
+}
+
+describe("kvgate simulate", () => {
+  it("prints a section per router, the comparison and the limits, and writes the results JSON", async () => {
+    const file = join(dir, "small.yaml");
+    writeFileSync(
+      file,
+      `name: small
+seed: 5
+fleet: { replicas: 2, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
+routers:
+  - { name: rr, config: ${join(EXAMPLES, "round-robin.yaml")} }
+  - { name: aware, config: ${join(EXAMPLES, "estimated.yaml")} }
+  - { name: unused, config: ${join(EXAMPLES, "random.yaml")} }
+workload:
+  workload: shared-prefix
+  numRequests: 200
+  arrival: { type: stages, stages: [{ rate: 10, duration: 3, warmup: true }, { rate: 20, duration: 4 }], barrier: true, interval: 1 }
+  options: { numGroups: 4, promptsPerGroup: 2, systemPromptLen: 300, questionLen: 30, outputLen: 20 }
+`,
+    );
+    const out = join(dir, "small.json");
+    const r = await kvgate(["simulate", file, "--routers", "rr,aware", "--quick", "--json", out]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /== router rr/);
+    assert.match(r.stdout, /== router aware/);
+    assert.doesNotMatch(r.stdout, /== router unused/);
+    assert.match(r.stdout, /1 \(warm-up\)|0 \(warm-up\)/);
+    assert.match(r.stdout, /== comparison/);
+    assert.match(r.stdout, /group prefix/);
+    const res = parseResultsFile(readFileSync(out, "utf8"));
+    assert.equal(res.simulated, true);
+    assert.equal(res.time_unit, "simulated_seconds");
+    assert.deepEqual(
+      res.runs.map((x) => x.router),
+      ["rr", "aware"],
+    );
+    assert.equal((res.scenario as { quick: boolean }).quick, true);
+    for (const x of res.runs) assert.equal(x.stages.length, 2);
+  });
+
+  it("exits 2 with a message naming the field for a bad scenario", async () => {
+    const file = join(dir, "bad.yaml");
+    writeFileSync(file, "name: bad\nseed: 1\nfleet: { replicas: 2, profile: llama-3.1-8b-h100, gpus: 4 }\n");
+    const r = await kvgate(["simulate", file]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /fleet\.gpus: unknown field/);
+  });
+});

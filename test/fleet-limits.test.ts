@@ -1,0 +1,92 @@
+/** The theoretical limits, on a hand-made workload whose block-level reuse is known exactly. */
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { RequestSpec, Workload } from "../src/bench/workloads/types.ts";
+import { stepTime } from "../src/engine/profile.ts";
+import { computeLimits } from "../src/sim/fleet/limits.ts";
+import { PromptTokenizer } from "../src/sim/fleet/prompt-tokens.ts";
+import type { FleetConfig } from "../src/sim/fleet/replica.ts";
+import { loadProfile } from "../src/sim/profiles.ts";
+
+const words = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `${tag}${i}`);
+
+/**
+ * With the sim tokenizer each word is one token, and completions start with BOS, so a prompt of
+ * 80 words is 81 tokens: 5 full 16-token blocks, at most 5 of them hittable (81 − 1 = 80).
+ * A1 and A2 share BOS + 63 words = 64 tokens = 4 blocks; B is unrelated.
+ */
+function workload(): Workload {
+  const prefix = words("p", 63);
+  const a1 = [...prefix, ...words("x", 17)].join(" ");
+  const a2 = [...prefix, ...words("y", 17)].join(" ");
+  const b = words("b", 80).join(" ");
+  const req = (i: number, prompt: string, groupId: number): RequestSpec => ({
+    id: `r${i}`,
+    arrivalTime: i,
+    kind: "completion",
+    prompt,
+    promptTokensApprox: 81,
+    maxTokens: 100,
+    groupId,
+  });
+  return {
+    name: "hand",
+    seed: 0,
+    requests: [req(0, a1, 0), req(1, a2, 0), req(2, a1, 0), req(3, a2, 0), req(4, b, 1)],
+    stages: [],
+  };
+}
+
+describe("theoretical limits", () => {
+  const profile = loadProfile("llama-3.1-8b-h100");
+  const fleet: FleetConfig = {
+    replicas: 2,
+    profile,
+    model: profile.model.name,
+    blockSize: 16,
+    numGpuBlocks: 1001,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+    maxModelLen: 4096,
+    labels: {},
+    blockHashAlgo: "fast64",
+    enableKvCacheEvents: false,
+  };
+  const l = computeLimits(workload(), fleet, new PromptTokenizer());
+
+  it("counts prompts and hit tokens per regime", () => {
+    assert.equal(l.requests, 5);
+    assert.equal(l.prompt_tokens_mean, 81);
+    assert.equal(l.kv_tokens_per_replica, 16000);
+    // Group: the three requests after A1 each reuse the 4-block group prefix; B's group has one request.
+    assert.equal(l.regimes.group.prefix_hit_rate, (3 * 64) / 405);
+    // Repeat: A2 reuses A1's 4 blocks; the second A1 and A2 reuse all 5 of their own.
+    assert.equal(l.regimes.repeat.prefix_hit_rate, (64 + 80 + 80) / 405);
+    assert.equal(l.regimes.zero.prefix_hit_rate, 0);
+    // Resident: group 0's prefix; for repeats, the 4 prefix blocks plus A1's and A2's last blocks.
+    assert.equal(l.regimes.group.resident_tokens_per_replica, 64 / 2);
+    assert.equal(l.regimes.repeat.resident_tokens_per_replica, (6 * 16) / 2);
+  });
+
+  it("derives the prefill and decode ceilings from the step-time model", () => {
+    const chunk = stepTime(profile, { prefills: [{ tokens: 8192, context: 0 }], decodeContexts: [] }).total;
+    assert.equal(l.prefill_tokens_per_s_per_replica, 8192 / chunk);
+    const g = l.regimes.zero;
+    assert.equal(g.uncached_prompt_tokens_mean, 81);
+    assert.equal(g.prefill_requests_per_s, (2 * 8192) / chunk / 81);
+    assert.equal(g.prefill_output_tokens_per_s, g.prefill_requests_per_s * 100);
+    assert.equal(g.live_tokens_per_request, 81 + 50);
+    assert.equal(g.concurrency_per_replica, Math.min(256, Math.floor(16000 / 131)));
+    const step = stepTime(profile, {
+      prefills: [],
+      decodeContexts: new Array(g.concurrency_per_replica).fill(131),
+    });
+    assert.equal(g.decode_step_s, step.total);
+    assert.equal(g.decode_output_tokens_per_s, (2 * g.concurrency_per_replica) / step.total);
+    assert.equal(
+      g.output_tokens_per_s,
+      Math.min(g.prefill_output_tokens_per_s, g.decode_output_tokens_per_s),
+    );
+    for (const r of Object.values(l.regimes)) assert.ok(r.resident_fits);
+  });
+});
