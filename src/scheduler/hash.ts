@@ -4,13 +4,25 @@
  * Seed 0 by default, matching llm-d's cespare/xxhash Sum64 (reference §3.1).
  */
 import xxhashWasm from "xxhash-wasm";
+import { Xxh64Chain } from "./xxh64-wasm.ts";
 
 export interface Hasher {
   /** xxHash64 of `bytes` with `seed` (default 0n), as an unsigned 64-bit bigint. */
   h64(bytes: Uint8Array, seed?: bigint): bigint;
+  /**
+   * Optional fast path for the whole prefix block chain (chainFrom in plugins/prefix/hashing.ts):
+   * h_first, h_first+1, … of `bytes` in `blockBytes` blocks, parent hash `prev`, up to block
+   * `maxBlocks − 1`, as (lo, hi) uint32 pairs. Must equal chainFrom's loop over h64.
+   */
+  chain?(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): Uint32Array;
 }
 
 export async function createXxHasher(): Promise<Hasher> {
   const api = await xxhashWasm();
-  return { h64: (bytes, seed = 0n) => api.h64Raw(bytes, seed) };
+  const chain = new Xxh64Chain();
+  return {
+    h64: (bytes, seed = 0n) => api.h64Raw(bytes, seed),
+    chain: (bytes, blockBytes, maxBlocks, first, prev) =>
+      chain.chain(bytes, blockBytes, maxBlocks, first, prev),
+  };
 }

@@ -119,6 +119,13 @@ export class ProfileRun implements ProfileResult {
 
 /** Picker output must be distinct in-range indices; anything else is a plugin bug. */
 function validPicks(picks: number[], n: number, picker: string): number[] {
+  if (picks.length === 1) {
+    const i = picks[0];
+    if (!Number.isInteger(i) || i < 0 || i >= n) {
+      throw new Error(`picker "${picker}" returned invalid index ${i} for ${n} candidates`);
+    }
+    return picks;
+  }
   const seen = new Set<number>();
   for (const i of picks) {
     if (!Number.isInteger(i) || i < 0 || i >= n || seen.has(i)) {

@@ -17,6 +17,11 @@ export interface PrefixMatchInfo {
   matchBlocks(endpointId: string): number;
   /** Whether any candidate matched at least one block. */
   readonly anyMatch: boolean;
+  /**
+   * Optional: every endpoint with matchBlocks > 0 and its count (endpoints not listed match 0),
+   * so consumers can skip per-candidate lookups. Read-only.
+   */
+  matches?(): ReadonlyMap<string, number>;
 }
 
 export interface InFlightLoad {

@@ -50,6 +50,8 @@ export class PrefixCacheAffinityFilter implements Filter {
   readonly typedName: TypedName;
   readonly #prefix: DataKey<PrefixMatchInfo>;
   readonly #inflight: DataKey<InFlightInfo> | null;
+  /** Per-call scratch: which of the endpoints are sticky (index-aligned). */
+  #isSticky = new Uint8Array(64);
   /** Decisions taken, by outcome (llm-d records the same as a metric). */
   readonly decisions: Record<AffinityDecision, number> = {
     "not-applicable": 0,
@@ -80,26 +82,55 @@ export class PrefixCacheAffinityFilter implements Filter {
       return this.#done("exploration", endpoints);
     }
     const info = cycle.get(this.#prefix);
+    // No endpoint holds a block: nobody reaches the threshold (> 0), so skip the per-endpoint walk.
+    if (info === undefined || info.totalBlocks <= 0 || !info.anyMatch)
+      return this.#done("no-match", endpoints);
+    const n = endpoints.length;
+    if (this.#isSticky.length < n) this.#isSticky = new Uint8Array(n * 2);
+    const isSticky = this.#isSticky;
     const sticky: EndpointState[] = [];
-    const rest: EndpointState[] = [];
-    for (const e of endpoints) (matchRatio(info, e.id) >= p.affinityThreshold ? sticky : rest).push(e);
+    const ids = this.#stickyIds(info, p.affinityThreshold);
+    for (let i = 0; i < n; i++) {
+      const id = endpoints[i].id;
+      const yes = ids !== null ? ids.includes(id) : matchRatio(info, id) >= p.affinityThreshold;
+      isSticky[i] = yes ? 1 : 0;
+      if (yes) sticky.push(endpoints[i]);
+    }
     if (sticky.length === 0) return this.#done("no-match", endpoints);
-    if (this.#inflight !== null && rest.length > 0) {
+    if (this.#inflight !== null && sticky.length < n) {
       const load = cycle.get(this.#inflight);
       if (load === undefined) return this.#done("not-applicable", endpoints);
-      const penalty = this.#bestTtftMs(load, sticky) - this.#bestTtftMs(load, rest);
-      if (penalty > p.maxTTFTPenaltyMs) return this.#done("load-override", endpoints);
+      const ttft = (id: string) => (load.tokens(id) / p.peakPrefillThroughput) * 1000;
+      let bestSticky = Number.POSITIVE_INFINITY;
+      for (const e of sticky) {
+        const t = ttft(e.id);
+        if (t < bestSticky) bestSticky = t;
+      }
+      // penalty = bestSticky − bestRest ≤ bestSticky (TTFTs are ≥ 0): the rest only matter when
+      // the sticky endpoints alone are already slower than the allowed penalty.
+      if (!(bestSticky <= p.maxTTFTPenaltyMs)) {
+        let bestRest = Number.POSITIVE_INFINITY;
+        for (let i = 0; i < n; i++) {
+          if (isSticky[i] === 1) continue;
+          const t = ttft(endpoints[i].id);
+          if (t < bestRest) bestRest = t;
+        }
+        if (bestSticky - bestRest > p.maxTTFTPenaltyMs) return this.#done("load-override", endpoints);
+      }
     }
     return this.#done("sticky", sticky);
   }
 
-  #bestTtftMs(load: InFlightInfo, endpoints: readonly EndpointState[]): number {
-    let best = Number.POSITIVE_INFINITY;
-    for (const e of endpoints) {
-      const t = (load.tokens(e.id) / this.params.peakPrefillThroughput) * 1000;
-      if (t < best) best = t;
-    }
-    return best;
+  /**
+   * Ids of the endpoints at or above the threshold, from the producer's matched endpoints (no
+   * per-candidate lookup); null when the producer does not list them or lists many.
+   */
+  #stickyIds(info: PrefixMatchInfo, threshold: number): string[] | null {
+    const matched = info.matches?.();
+    if (matched === undefined || matched.size > 32) return null;
+    const ids: string[] = [];
+    for (const [id, blocks] of matched) if (blocks / info.totalBlocks >= threshold) ids.push(id);
+    return ids;
   }
 
   #done(d: AffinityDecision, eps: readonly EndpointState[]): readonly EndpointState[] {

@@ -11,6 +11,8 @@
 import type { Hasher } from "../../hash.ts";
 import type { CycleState, PromptInput, RequestFacts } from "../../types.ts";
 import { dataKey } from "../../types.ts";
+import type { ChainCache } from "./chain-cache.ts";
+import { packHashes } from "./indexer.ts";
 
 /** Bytes per pseudo-token (llm-d averageCharactersPerToken). */
 export const BYTES_PER_TOKEN = 4;
@@ -36,6 +38,43 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 /** The flattened prompt of the cycle's request, computed once per request. */
 export function flatPrompt(cycle: CycleState, hasher: Hasher | null): FlatPrompt {
   return cycle.memo(PROMPT_KEY, () => flattenPrompt(cycle.request, hasher));
+}
+
+/**
+ * The cycle's prompt for immediate hashing. A chat prompt (the common case) is flattened into the
+ * shared scratch buffer without the copy flatPrompt() makes: its bytes stay valid only until the
+ * next flattening, so the caller must consume them at once and keep no reference. The cycle still
+ * memoises the prompt: the token count now, owned segments (re-flattened) if anyone asks.
+ */
+export function transientPrompt(cycle: CycleState, hasher: Hasher | null): FlatPrompt {
+  const memo = cycle.get(PROMPT_KEY);
+  if (memo !== undefined) return memo;
+  const req = cycle.request;
+  const p = req.prompt;
+  if ((req.tokenIds !== undefined && req.tokenIds.length > 0) || p.kind !== "chat")
+    return flatPrompt(cycle, hasher);
+  const w = new ByteWriter();
+  writeChat(w, p.messages, p.tools, hasher);
+  const bytes = w.view();
+  const tokenCount = Math.ceil(bytes.length / BYTES_PER_TOKEN);
+  cycle.set(PROMPT_KEY, new LazyFlatPrompt(req, hasher, tokenCount));
+  return { segments: [{ kind: "bytes", bytes }], tokenCount };
+}
+
+/** A memoised prompt whose owned segments are built on first use (same bytes, by determinism). */
+class LazyFlatPrompt implements FlatPrompt {
+  #segments: PromptSegment[] | null = null;
+
+  constructor(
+    readonly req: RequestFacts,
+    readonly hasher: Hasher | null,
+    readonly tokenCount: number,
+  ) {}
+
+  get segments(): PromptSegment[] {
+    if (this.#segments === null) this.#segments = flattenPrompt(this.req, this.hasher).segments;
+    return this.#segments;
+  }
 }
 
 export function flattenPrompt(req: RequestFacts, hasher: Hasher | null): FlatPrompt {
@@ -74,6 +113,16 @@ export function flattenChat(
   hasher: Hasher | null,
 ): Uint8Array {
   const w = new ByteWriter();
+  writeChat(w, messages, tools, hasher);
+  return w.done();
+}
+
+function writeChat(
+  w: ByteWriter,
+  messages: readonly { role: string; content?: unknown }[],
+  tools: unknown,
+  hasher: Hasher | null,
+): void {
   if (tools !== undefined && tools !== null) w.text(JSON.stringify(tools));
   for (const m of messages) {
     w.text(m.role ?? "");
@@ -87,7 +136,6 @@ export function flattenChat(
       }
     }
   }
-  return w.done();
 }
 
 /** Appends UTF-8 text and placeholder runs into one shared, growing scratch buffer. */
@@ -122,6 +170,11 @@ class ByteWriter {
     return ByteWriter.#buf.slice(0, this.#len);
   }
 
+  /** The bytes written, in place: valid only until the next ByteWriter writes. */
+  view(): Uint8Array {
+    return ByteWriter.#buf.subarray(0, this.#len);
+  }
+
   #reserve(n: number): void {
     const buf = ByteWriter.#buf;
     if (this.#len + n <= buf.length) return;
@@ -152,6 +205,28 @@ export function chainHashes(
   chainFrom(hasher, bytes, blockSizeTokens * BYTES_PER_TOKEN, maxBlocks, 0, h0, out);
 }
 
+/**
+ * chainHashes() as packed (lo, hi) uint32 pairs, the prefix index's hot-path format: in one call
+ * when the hasher has a chain fast path, else via `cache` (or chainHashes) and packing.
+ */
+export function chainHashesPacked(
+  hasher: Hasher,
+  h0: bigint,
+  seg: PromptSegment,
+  blockSizeTokens: number,
+  maxBlocks: number,
+  cache: ChainCache | null,
+): Uint32Array {
+  if (hasher.chain !== undefined) {
+    const bytes = seg.kind === "bytes" ? seg.bytes : tokenBytes(seg.tokens);
+    return hasher.chain(bytes, blockSizeTokens * BYTES_PER_TOKEN, maxBlocks, 0, h0);
+  }
+  const out: bigint[] = [];
+  if (cache !== null) cache.hash(hasher, h0, seg, blockSizeTokens, maxBlocks, out);
+  else chainHashes(hasher, h0, seg, blockSizeTokens, maxBlocks, out);
+  return packHashes(out);
+}
+
 /** Continues a chain at block `first` (whose parent hash is `prev`), appending to `out`. */
 export function chainFrom(
   hasher: Hasher,
@@ -162,6 +237,11 @@ export function chainFrom(
   prev: bigint,
   out: bigint[],
 ): void {
+  if (hasher.chain !== undefined) {
+    const packed = hasher.chain(bytes, blockBytes, maxBlocks, first, prev);
+    for (let k = 0; k < packed.length; k += 2) out.push((BigInt(packed[k + 1]) << 32n) | BigInt(packed[k]));
+    return;
+  }
   for (let i = first, off = first * blockBytes; off < bytes.length && i < maxBlocks; i++, off += blockBytes) {
     const b = hasher.h64(bytes.subarray(off, Math.min(off + blockBytes, bytes.length)));
     scratchView.setBigUint64(0, b, true);

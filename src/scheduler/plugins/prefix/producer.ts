@@ -21,7 +21,7 @@ import type {
 import type { PrefixMatchInfo } from "../data.ts";
 import { prefixKey } from "../data.ts";
 import { ChainCache } from "./chain-cache.ts";
-import { flatPrompt, rootHash } from "./hashing.ts";
+import { chainHashesPacked, flatPrompt, rootHash, transientPrompt } from "./hashing.ts";
 import { ApproxPrefixIndex } from "./indexer.ts";
 
 export const APPROX_PREFIX_TYPE = "approx-prefix-cache-producer";
@@ -47,13 +47,17 @@ class MatchInfo implements PrefixMatchInfo {
     readonly blockSizeTokens: number,
     readonly promptTokens: number,
     readonly counts: Map<string, number>,
-    readonly hashes: bigint[][],
+    /** Per prompt, its block hashes as packed (lo, hi) uint32 pairs. */
+    readonly hashes: Uint32Array[],
   ) {}
   get anyMatch(): boolean {
     return this.counts.size > 0;
   }
   matchBlocks(endpointId: string): number {
     return this.counts.get(endpointId) ?? 0;
+  }
+  matches(): ReadonlyMap<string, number> {
+    return this.counts;
   }
 }
 
@@ -62,6 +66,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   readonly index = new ApproxPrefixIndex();
   readonly #key: DataKey<PrefixMatchInfo>;
   readonly #roots = new Map<string, bigint>();
+  #lastRoot: { model: string; salt: string | undefined; h0: bigint } | null = null;
   readonly #chains = new ChainCache();
   #hitBlocks = 0;
   #lookupBlocks = 0;
@@ -97,19 +102,21 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
 
   produce(cycle: CycleState, candidates: readonly EndpointState[]): void {
     const req = cycle.request;
-    const fp = flatPrompt(cycle, this.hasher);
+    // With the one-call chain hasher nothing keeps the prompt bytes, so they need not be copied.
+    const fast = this.hasher.chain !== undefined;
+    const fp = fast ? transientPrompt(cycle, this.hasher) : flatPrompt(cycle, this.hasher);
     const bs = this.blockSize(candidates);
     const maxBlocks = this.maxBlocks(bs);
     const h0 = this.#root(req.model, req.cacheSalt);
-    const perPrompt: bigint[][] = [];
+    const perPrompt: Uint32Array[] = [];
     let counts: Map<string, number> | null = null;
     let total = 0;
     for (const seg of fp.segments) {
-      const hashes: bigint[] = [];
-      this.#chains.hash(this.hasher, h0, seg, bs, maxBlocks, hashes);
+      // The one-call chain hasher rehashes a block faster than the chain cache compares it.
+      const hashes = chainHashesPacked(this.hasher, h0, seg, bs, maxBlocks, fast ? null : this.#chains);
       perPrompt.push(hashes);
-      total += hashes.length;
-      const m = this.index.match(hashes).counts;
+      total += hashes.length >>> 1;
+      const m = this.index.matchPacked(hashes).counts;
       if (counts === null) counts = m;
       else for (const [id, n] of m) counts.set(id, (counts.get(id) ?? 0) + n);
     }
@@ -125,7 +132,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
     if (prefill && prefill.id !== primary.id) targets.push(prefill);
     for (const t of targets) {
       const cap = this.capacity(t, info.blockSizeTokens);
-      for (const hashes of info.hashes) this.index.add(t.id, hashes, cap);
+      for (const hashes of info.hashes) this.index.addPacked(t.id, hashes, cap);
     }
     this.#hitBlocks += info.matchBlocks(primary.id);
     this.#lookupBlocks += info.totalBlocks;
@@ -163,6 +170,14 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   }
 
   #root(model: string, salt: string | undefined): bigint {
+    const last = this.#lastRoot;
+    if (last !== null && last.model === model && last.salt === salt) return last.h0;
+    const h0 = this.#rootOf(model, salt);
+    this.#lastRoot = { model, salt, h0 };
+    return h0;
+  }
+
+  #rootOf(model: string, salt: string | undefined): bigint {
     const k = `${model}\u0000${salt ?? ""}`;
     let h = this.#roots.get(k);
     if (h === undefined) {

@@ -48,12 +48,23 @@ class MinMaxMetricScorer implements Scorer {
   }
 
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const raw = new Float64Array(endpoints.length);
+    // minMaxLowerIsBetter(raw) computed in place: one array instead of two.
+    const out = new Float64Array(endpoints.length);
+    let min = Number.POSITIVE_INFINITY;
+    let max = Number.NEGATIVE_INFINITY;
     for (let i = 0; i < endpoints.length; i++) {
       const m = endpoints[i].metrics;
-      raw[i] = m === null ? Number.NaN : this.metric(m);
+      const v = m === null ? Number.NaN : this.metric(m);
+      out[i] = v;
+      if (Number.isNaN(v)) continue;
+      if (v < min) min = v;
+      if (v > max) max = v;
     }
-    return minMaxLowerIsBetter(raw);
+    for (let i = 0; i < out.length; i++) {
+      const v = out[i];
+      out[i] = Number.isNaN(v) ? 0 : max === min ? 1 : (max - v) / (max - min);
+    }
+    return out;
   }
 }
 
