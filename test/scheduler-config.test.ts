@@ -24,7 +24,7 @@ function rejects(text: string, ...fragments: string[]): void {
 
 describe("shipped and reference configs load", () => {
   for (const dir of ["config/examples", "test/fixtures/epp"]) {
-    for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml"))) {
+    for (const file of readdirSync(dir).filter((f) => f.endsWith(".yaml") && !f.startsWith("endpoints-"))) {
       it(`${dir}/${file}`, () => {
         const { config } = loadConfig(readFileSync(`${dir}/${file}`, "utf8"));
         new Scheduler(config, { hasher: { h64: () => 0n }, seed: 1 });

@@ -1,8 +1,10 @@
 /**
  * `kvgate serve`: runs the gateway in front of a fleet of vLLM replicas. Endpoints come from
  * --endpoints or a watched --endpoints-file; scheduling from an llm-d EndpointPickerConfig
- * (--config, default: the built-in config). Prints one startup line; SIGTERM/SIGINT drain
- * in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config exit 2.
+ * (--config, default: the built-in config). Prints one startup line (in precise mode it also names
+ * the KV-events producers and the tokenizer, saying when the sim one is a default); SIGTERM/SIGINT
+ * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
+ * exit 2.
  */
 import { type Command, InvalidArgumentError } from "commander";
 
@@ -57,7 +59,10 @@ export function registerServe(program: Command): Command {
     .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
     .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
     .option("--endpoints <list>", "replicas as host:port,host:port,...")
-    .option("--endpoints-file <path>", "YAML list of {address, labels?, kvEvents?}; re-read when it changes")
+    .option(
+      "--endpoints-file <path>",
+      "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
+    )
     .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
     .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
     .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
@@ -87,7 +92,8 @@ export function registerServe(program: Command): Command {
     )
     .option(
       "--tokenizer <dir|sim>",
-      "tokenize prompts for the prefix index: a tokenizer.json directory, or sim",
+      "tokenize prompts for the prefix index: a tokenizer.json directory, or sim (precise mode: the " +
+        "served model's tokenizer, so ids match vLLM's; default sim)",
     )
     .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
     .action(async (flags: Flags, cmd: Command) => {
@@ -128,10 +134,8 @@ export function registerServe(program: Command): Command {
         console.error(`kvgate serve: cannot start: ${e.message}`);
         process.exit(1);
       }
-      const n = gw.gateway.data.store.size;
-      console.log(
-        `kvgate serve: listening on ${gw.url} (admin ${gw.adminUrl}), ${n} endpoint(s), config ${flags.config ?? "built-in"}`,
-      );
+      // Handlers first: a supervisor (or test) may signal as soon as it reads the startup line, and a
+      // signal without a handler would kill the process instead of draining it.
       let stopping = false;
       const stop = (signal: string) => {
         if (stopping) return;
@@ -146,5 +150,19 @@ export function registerServe(program: Command): Command {
       };
       process.once("SIGTERM", () => stop("SIGTERM"));
       process.once("SIGINT", () => stop("SIGINT"));
+      const n = gw.gateway.data.store.size;
+      const g = gw.gateway;
+      const precise = g.routing.precise.map((p) => p.typedName.name);
+      const mode =
+        precise.length === 0
+          ? ""
+          : `, precise mode (KV events for ${precise.join(", ")}), tokenizer ${
+              g.tokenizerDefaulted
+                ? "sim (default: no --tokenizer given; for real vLLM pass --tokenizer <dir of the model's tokenizer.json>)"
+                : g.tokenizerName
+            }`;
+      console.log(
+        `kvgate serve: listening on ${gw.url} (admin ${gw.adminUrl}), ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}`,
+      );
     });
 }

@@ -11,7 +11,10 @@ import { Scraper, type ScraperOptions } from "./scraper.ts";
 export interface DataLayerOptions {
   store?: DatastoreOptions;
   scraper?: ScraperOptions;
-  /** Called after the endpoint set changed (e.g. to prune per-endpoint scheduler state). */
+  /**
+   * Called after the endpoint set changed: an endpoint added or removed, or an entry's labels or
+   * kvEvents address changed (e.g. to prune per-endpoint scheduler state, or resubscribe KV events).
+   */
   onEndpointsChanged?: (ids: ReadonlySet<string>) => void;
 }
 
@@ -36,7 +39,13 @@ export class DataLayer {
           this.#changed();
         },
       ],
-      ["update", (s) => this.store.upsert(s)],
+      [
+        "update",
+        (s) => {
+          this.store.upsert(s);
+          this.#changed();
+        },
+      ],
       [
         "remove",
         (s) => {

@@ -1,9 +1,10 @@
 /**
  * The endpoint set: parsed from `--endpoints host:port,...` or from an endpoints file (YAML list of
- * `{address, labels?, kvEvents?}` or `{endpoints: [...]}`), validated with errors that name the
- * entry and field. A file source re-reads the file when it changes (fs.watch on its directory plus a
- * stat poll, because editors replace files and some filesystems never report events); a bad edit
- * keeps the previous set and reports the error. Changes are emitted as add/remove/update events.
+ * `{address, labels?, kvEvents?, kvEventsReplay?}` or `{endpoints: [...]}`), validated with errors
+ * that name the entry and field. A file source re-reads the file when it changes (fs.watch on its
+ * directory plus a stat poll, because editors replace files and some filesystems never report
+ * events); a bad edit keeps the previous set and reports the error. Changes are emitted as
+ * add/remove/update events.
  */
 import { EventEmitter } from "node:events";
 import { type FSWatcher, readFileSync, statSync, watch } from "node:fs";
@@ -18,6 +19,11 @@ export interface EndpointSpec {
   labels: Record<string, string>;
   /** vLLM KV-events publisher, `tcp://host:port`, or null. */
   kvEvents: string | null;
+  /**
+   * vLLM's KV-events replay socket (`replay_endpoint`), `tcp://host:port`, when the file gives one;
+   * otherwise precise mode derives it from the host and the producer's replaySocketPort, if set.
+   */
+  kvEventsReplay?: string;
 }
 
 export class EndpointConfigError extends Error {
@@ -83,7 +89,7 @@ export function parseEndpointList(list: string): EndpointSpec[] {
   return out;
 }
 
-const ENTRY_KEYS = new Set(["address", "labels", "kvEvents"]);
+const ENTRY_KEYS = new Set(["address", "labels", "kvEvents", "kvEventsReplay"]);
 const LABEL_KEY = /^(?:[A-Za-z0-9.-]{1,253}\/)?[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$/;
 
 function isRecord(v: unknown): v is Record<string, unknown> {
@@ -96,10 +102,14 @@ function parseEntry(raw: unknown, where: string): EndpointSpec {
     return { id, host, port, labels: {}, kvEvents: null };
   }
   if (!isRecord(raw))
-    throw new EndpointConfigError(`${where}: expected {address, labels?, kvEvents?} or "host:port"`);
+    throw new EndpointConfigError(
+      `${where}: expected {address, labels?, kvEvents?, kvEventsReplay?} or "host:port"`,
+    );
   for (const k of Object.keys(raw))
     if (!ENTRY_KEYS.has(k))
-      throw new EndpointConfigError(`${where}: unknown field "${k}" (allowed: address, labels, kvEvents)`);
+      throw new EndpointConfigError(
+        `${where}: unknown field "${k}" (allowed: address, labels, kvEvents, kvEventsReplay)`,
+      );
   if (typeof raw.address !== "string")
     throw new EndpointConfigError(`${where}.address: required, a "host:port" string`);
   const { host, port, id } = parseHostPort(raw.address, `${where}.address`);
@@ -115,14 +125,19 @@ function parseEntry(raw: unknown, where: string): EndpointSpec {
       labels[k] = v;
     }
   }
-  let kvEvents: string | null = null;
-  if (raw.kvEvents !== undefined && raw.kvEvents !== null) {
-    if (typeof raw.kvEvents !== "string" || !raw.kvEvents.startsWith("tcp://"))
-      throw new EndpointConfigError(`${where}.kvEvents: expected "tcp://host:port"`);
-    const hp = parseHostPort(raw.kvEvents.slice("tcp://".length), `${where}.kvEvents`);
-    kvEvents = `tcp://${hp.id}`;
-  }
-  return { id, host, port, labels, kvEvents };
+  const kvEvents = tcpAddress(raw.kvEvents, `${where}.kvEvents`);
+  const kvEventsReplay = tcpAddress(raw.kvEventsReplay, `${where}.kvEventsReplay`);
+  const spec: EndpointSpec = { id, host, port, labels, kvEvents };
+  if (kvEventsReplay !== null) spec.kvEventsReplay = kvEventsReplay;
+  return spec;
+}
+
+/** A `tcp://host:port` field (normalised), or null when absent. */
+function tcpAddress(v: unknown, where: string): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "string" || !v.startsWith("tcp://"))
+    throw new EndpointConfigError(`${where}: expected "tcp://host:port"`);
+  return `tcp://${parseHostPort(v.slice("tcp://".length), where).id}`;
 }
 
 /** Parses endpoints-file text; `origin` (the path) prefixes error messages. An empty list is valid. */
@@ -150,12 +165,14 @@ export function parseEndpointsFile(text: string, origin: string): EndpointSpec[]
 export interface EndpointDiff {
   added: EndpointSpec[];
   removed: EndpointSpec[];
-  /** Same id, different labels or kvEvents. */
+  /** Same id, different labels, kvEvents or kvEventsReplay. */
   updated: EndpointSpec[];
 }
 
 const sameSpec = (a: EndpointSpec, b: EndpointSpec) =>
-  a.kvEvents === b.kvEvents && JSON.stringify(a.labels) === JSON.stringify(b.labels);
+  a.kvEvents === b.kvEvents &&
+  (a.kvEventsReplay ?? null) === (b.kvEventsReplay ?? null) &&
+  JSON.stringify(a.labels) === JSON.stringify(b.labels);
 
 export function diffEndpoints(prev: readonly EndpointSpec[], next: readonly EndpointSpec[]): EndpointDiff {
   const before = new Map(prev.map((e) => [e.id, e]));

@@ -1,7 +1,11 @@
 /**
  * The admin API, served only on the admin port (never the public one):
- *   GET  /endpoints  every endpoint: address, labels, health, last metrics, staleness, failures
- *   POST /explain    an OpenAI request body → the pick and per-candidate scores; nothing is forwarded
+ *   GET  /endpoints  every endpoint: address, labels, health, last metrics, staleness, failures; in
+ *                    precise mode also `kvEventsStats`, per precise producer: the KV-events subscription
+ *                    (address, last seq, batches, events, gaps, replays, resets, garbage, ...) and the
+ *                    index entries held for the endpoint
+ *   POST /explain    an OpenAI request body → the pick, per-candidate scores and, per prefix producer,
+ *                    the blocks each candidate matched; nothing is forwarded
  *   POST /reload     re-read the endpoints file and the config file; a bad one is rejected, old kept
  *   GET  /metrics    the gateway's own Prometheus metrics
  *   GET  /config     the effective EndpointPickerConfig
@@ -10,8 +14,12 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { printConfig } from "../scheduler/defaults.ts";
+import { prefixKey } from "../scheduler/plugins/data.ts";
+import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-producer.ts";
+import type { ScheduleResult } from "../scheduler/types.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
+import type { KvEventsEndpointView } from "./kv-events.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
 import { prepare } from "./server.ts";
 
@@ -44,7 +52,16 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       return json(res, 200, { status: gw.draining ? "draining" : "ok" });
     case "GET /endpoints": {
       const now = monotonicSeconds();
-      return json(res, 200, { endpoints: gw.data.store.snapshot(now), ready: gw.data.store.readyCount(now) });
+      const snap = gw.data.store.snapshot(now);
+      if (!gw.kvEvents.active)
+        return json(res, 200, { endpoints: snap, ready: gw.data.store.readyCount(now) });
+      const feeds = gw.kvEvents.views();
+      const endpoints = snap.map((e) => {
+        const kvEventsStats: Record<string, KvEventsEndpointView | null> = {};
+        for (const f of feeds) kvEventsStats[f.plugin] = f.endpoints[e.address] ?? null;
+        return { ...e, kvEventsStats };
+      });
+      return json(res, 200, { endpoints, ready: gw.data.store.readyCount(now) });
     }
     case "GET /metrics": {
       updateGauges(gw);
@@ -111,8 +128,34 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
         c.scores.map((s) => [s.name, { type: s.type, raw: s.raw, weight: s.weight, weighted: s.weighted }]),
       ),
     })),
+    prefixMatch: prefixMatch(gw, result),
     profiles: ex?.profiles ?? {},
   });
+}
+
+/** Per prefix producer: the request's block count and the blocks each candidate matched (why it scored). */
+function prefixMatch(gw: Gateway, result: ScheduleResult): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const ids = (result.explanation?.profiles[result.primaryProfile]?.candidates ?? []).map((c) => c.id);
+  for (const p of gw.routing.prefixPlugins) {
+    const info = result.cycle.get(prefixKey(p.name));
+    if (info === undefined) {
+      out[p.name] = { type: p.type, tokenized: false };
+      continue;
+    }
+    out[p.name] = {
+      type: p.type,
+      totalBlocks: info.totalBlocks,
+      blockSizeTokens: info.blockSizeTokens,
+      promptTokens: info.promptTokens,
+      matchBlocks: Object.fromEntries(ids.map((id) => [id, info.matchBlocks(id)])),
+      // Precise: matchBlocks is tier-weighted (gpu 1.0, cpu 0.8); heldBlocks is the plain count.
+      ...(info instanceof PreciseMatchInfo
+        ? { heldBlocks: Object.fromEntries(ids.map((id) => [id, info.heldBlocks(id)])) }
+        : {}),
+    };
+  }
+  return out;
 }
 
 function updateGauges(gw: Gateway): void {
@@ -133,6 +176,11 @@ function updateGauges(gw: Gateway): void {
   gw.metrics.prefixSize.reset();
   for (const p of gw.routing.prefixPlugins) {
     const s = stats[p.name];
-    if (s) gw.metrics.prefixSize.set({ plugin_name: p.name, plugin_type: p.type }, s.indexSize ?? 0);
+    if (s)
+      gw.metrics.prefixSize.set(
+        { plugin_name: p.name, plugin_type: p.type },
+        s.indexSize ?? s.indexEntries ?? 0,
+      );
   }
+  gw.metrics.setKvEvents(gw.kvEvents.views());
 }

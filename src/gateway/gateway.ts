@@ -3,6 +3,10 @@
  * brain (scheduler + admission from EndpointPickerConfig), one keep-alive undici Pool per replica,
  * the public OpenAI front door and the admin API on its own port. `startGateway()` is the
  * in-process entry point used by the CLI, tests and the demo.
+ *
+ * Precise mode: when the config has precise-prefix-cache-producer plugins, the gateway subscribes to
+ * every endpoint's vLLM KV events for each of them (kv-events.ts), following the endpoint set, the
+ * config reloads and shutdown, and it tokenizes prompts (the sim tokenizer unless --tokenizer is given).
  */
 import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
@@ -12,6 +16,7 @@ import { DataLayer } from "../datalayer/datalayer.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
+import { KvEventsWiring } from "./kv-events.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
 import { buildRouting, type Routing } from "./routing.ts";
@@ -88,8 +93,14 @@ export class Gateway {
   readonly metrics = new GatewayMetrics();
   routing: Routing;
   modelObjectives: ModelObjectives;
-  /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer). */
+  /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer, or precise mode's default). */
   tokenizer: Tokenizer | null = null;
+  /** What `tokenizer` is, for the startup line: "sim", a directory, "custom", or null. */
+  tokenizerName: string | null = null;
+  /** True when precise mode chose the sim tokenizer because no tokenizer was given. */
+  tokenizerDefaulted = false;
+  /** KV-event subscribers of the precise-prefix-cache-producers (precise mode). */
+  readonly kvEvents: KvEventsWiring;
   readonly log: (line: string) => void;
   readonly #pools = new Map<string, Pool>();
   active = 0;
@@ -113,6 +124,7 @@ export class Gateway {
     this.log = opts.log ?? ((l) => console.error(l));
     this.routing = routing;
     this.modelObjectives = objectives;
+    this.kvEvents = new KvEventsWiring(this.log);
     this.data = new DataLayer(source, {
       store: {
         failureThreshold: opts.failureThreshold,
@@ -160,6 +172,36 @@ export class Gateway {
         p.close().catch(() => {});
       }
     this.routing.scheduler.retainEndpoints(ids);
+    this.syncKvEvents();
+  }
+
+  /** Points the KV-event subscribers at the current routing's precise producers and endpoint set. */
+  syncKvEvents(): void {
+    this.kvEvents.sync(
+      this.routing.precise,
+      this.data.store.all().map((r) => r.spec),
+    );
+  }
+
+  /**
+   * Precise mode needs token ids: without a configured tokenizer it uses the sim replicas' one; a config
+   * without precise producers drops that default again (approximate mode then hashes pseudo-tokens, as
+   * without --tokenizer). Returns true when it changed the tokenizer.
+   */
+  async ensureTokenizer(): Promise<boolean> {
+    const precise = this.routing.precise.length > 0;
+    if (precise && this.tokenizer === null) {
+      this.tokenizer = await loadGatewayTokenizer("sim");
+      this.tokenizerName = "sim";
+      this.tokenizerDefaulted = true;
+      return true;
+    }
+    if (!precise && this.tokenizerDefaulted) {
+      this.tokenizer = this.tokenizerName = null;
+      this.tokenizerDefaulted = false;
+      return true;
+    }
+    return false;
   }
 
   /** Re-reads the endpoints file and the config file; a bad one is rejected and the old one kept. */
@@ -169,9 +211,19 @@ export class Gateway {
     let ok = ep.ok;
     if (this.opts.configFile) {
       try {
-        const next = await buildRouting(readFileSync(this.opts.configFile, "utf8"), { seed: this.opts.seed });
+        const next = await buildRouting(readFileSync(this.opts.configFile, "utf8"), {
+          seed: this.opts.seed,
+          previous: this.routing,
+        });
         this.routing = next;
         next.scheduler.retainEndpoints(new Set(this.data.store.all().map((r) => r.spec.id)));
+        this.syncKvEvents();
+        if (await this.ensureTokenizer())
+          this.log(
+            this.tokenizer
+              ? "kvgate: precise mode: tokenizing prompts with the sim tokenizer (no --tokenizer given)"
+              : "kvgate: no precise producer left: no longer tokenizing prompts",
+          );
         config = { ok: true, reloaded: true, warnings: next.warnings };
       } catch (err) {
         ok = false;
@@ -208,6 +260,7 @@ export class Gateway {
       this.adminServer.closeAllConnections();
     });
     await this.data.close();
+    await this.kvEvents.close();
     await Promise.all([...this.#pools.values()].map((p) => p.destroy().catch(() => {})));
     this.#pools.clear();
   }
@@ -250,12 +303,16 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const tokenizer = opts.tokenizer !== undefined ? await loadGatewayTokenizer(opts.tokenizer) : null;
   const gw = new Gateway(opts, source, routing, objectives);
   gw.tokenizer = tokenizer;
+  if (opts.tokenizer !== undefined)
+    gw.tokenizerName = typeof opts.tokenizer === "string" ? opts.tokenizer : "custom";
   const host = opts.host ?? "127.0.0.1";
   const adminHost = opts.adminHost ?? "127.0.0.1";
   try {
+    await gw.ensureTokenizer();
     const port = await listen(gw.publicServer, opts.port ?? 0, host);
     const adminPort = await listen(gw.adminServer, opts.adminPort ?? 0, adminHost);
     gw.data.start();
+    gw.syncKvEvents();
     for (const w of routing.warnings) gw.log(`kvgate: config warning: ${w}`);
     return {
       url: `http://${urlHost(host)}:${port}`,

@@ -5,6 +5,8 @@
  * Client-chosen label values (model names) are capped at 1000 distinct values, then "other".
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { KvEndpointStats } from "../datalayer/kv-events-subscriber.ts";
+import type { KvEventsFeedView } from "./kv-events.ts";
 
 const REQ_LABELS = ["model_name", "target_model_name", "fairness_id", "priority"] as const;
 type ReqLabels = Record<(typeof REQ_LABELS)[number], string>;
@@ -28,6 +30,21 @@ export type Outcome =
   | "all-attempts-failed";
 
 const MAX_LABEL_VALUES = 1000;
+
+/** Precise mode's per-endpoint subscriber counters: metric suffix → stats field and help. */
+const KV_EVENT_COUNTERS: ReadonlyArray<[string, keyof KvEndpointStats, string]> = [
+  ["batches", "batches", "KV-event batches applied to the precise index."],
+  ["events", "events", "KV events (BlockStored, BlockRemoved, AllBlocksCleared) applied."],
+  ["garbage", "garbage", "KV-event messages skipped as malformed (frames, seq or payload)."],
+  ["gaps", "gaps", "Sequence gaps detected (missed batches)."],
+  ["replays", "replays", "Replays requested from the endpoint's replay socket."],
+  [
+    "resets",
+    "resets",
+    "Times the endpoint's index entries were dropped (restart, lost history, gap without replay).",
+  ],
+];
+type KvLabels = "plugin_name" | "endpoint";
 
 export class GatewayMetrics {
   readonly registry = new Registry();
@@ -55,6 +72,10 @@ export class GatewayMetrics {
   readonly httpRequests: Counter<"route" | "status" | "outcome">;
   readonly upstreamFailures: Counter<"endpoint" | "kind">;
   readonly endpointHealthy: Gauge<"endpoint">;
+  /** kvgate_kv_events_<name>_total per precise producer and endpoint (set from the subscribers' counts). */
+  readonly kvEventCounters: ReadonlyArray<[keyof KvEndpointStats, Counter<KvLabels>]>;
+  readonly kvIndexEntries: Gauge<KvLabels>;
+  readonly kvIndexBytesPerEntry: Gauge<"plugin_name">;
 
   constructor() {
     const registers = [this.registry];
@@ -113,10 +134,11 @@ export class GatewayMetrics {
       "source_type",
       "extractor_type",
     ]);
-    this.prefixSize = g("llm_d_epp_prefix_indexer_size", "Entries in the approximate prefix index.", [
-      "plugin_name",
-      "plugin_type",
-    ]);
+    this.prefixSize = g(
+      "llm_d_epp_prefix_indexer_size",
+      "Entries in the prefix index (approximate, or precise).",
+      ["plugin_name", "plugin_type"],
+    );
     this.prefixHitRatio = h(
       "llm_d_epp_prefix_indexer_hit_ratio",
       "Prefix-match hit ratio per lookup.",
@@ -136,6 +158,40 @@ export class GatewayMetrics {
     this.endpointHealthy = g("kvgate_endpoint_healthy", "1 if the endpoint is a routing candidate.", [
       "endpoint",
     ]);
+    const kvLabels: KvLabels[] = ["plugin_name", "endpoint"];
+    this.kvEventCounters = KV_EVENT_COUNTERS.map(([suffix, field, help]) => [
+      field,
+      c(`kvgate_kv_events_${suffix}_total`, help, kvLabels),
+    ]);
+    this.kvIndexEntries = g(
+      "kvgate_kv_events_index_entries",
+      "(block, endpoint) entries of the precise prefix index, speculative ones included.",
+      kvLabels,
+    );
+    this.kvIndexBytesPerEntry = g(
+      "kvgate_kv_events_index_bytes_per_entry",
+      "Bytes of the precise index's arrays per entry held (allocated capacity / entries).",
+      ["plugin_name"],
+    );
+  }
+
+  /**
+   * Precise-mode series from the subscribers' counters (called right before each /metrics scrape). A
+   * counter restarts from 0 when its endpoint is resubscribed or the producer's config changes, which
+   * Prometheus treats as a counter reset; a removed endpoint's series disappear.
+   */
+  setKvEvents(feeds: readonly KvEventsFeedView[]): void {
+    for (const [, counter] of this.kvEventCounters) counter.reset();
+    this.kvIndexEntries.reset();
+    this.kvIndexBytesPerEntry.reset();
+    for (const f of feeds) {
+      this.kvIndexBytesPerEntry.set({ plugin_name: f.plugin }, f.indexBytesPerEntry);
+      for (const [endpoint, s] of Object.entries(f.endpoints)) {
+        const labels = { plugin_name: f.plugin, endpoint };
+        for (const [field, counter] of this.kvEventCounters) counter.inc(labels, s[field] as number);
+        this.kvIndexEntries.set(labels, s.indexEntries);
+      }
+    }
   }
 
   /** Request labels with the model-name cardinality cap applied. */

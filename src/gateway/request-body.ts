@@ -1,7 +1,8 @@
 /**
  * The request body, read once and decoded once: a bounded read of the raw bytes (which are
  * forwarded unchanged), then one JSON.parse to pull out only what scheduling needs — model, stream,
- * prompt or messages, max tokens, cache_salt. Everything else is the replica's business.
+ * prompt or messages, max tokens, cache_salt, and the two flags that change the prompt's token ids
+ * (add_generation_prompt, add_special_tokens). Everything else is the replica's business.
  */
 import type { IncomingMessage } from "node:http";
 import type { ChatMessage, PromptInput } from "../scheduler/types.ts";
@@ -16,6 +17,10 @@ export interface ParsedRequest {
   prompt: PromptInput;
   maxTokens?: number;
   cacheSalt?: string;
+  /** vLLM's `add_generation_prompt` (chat; vLLM's default true), when the body sets it. */
+  addGenerationPrompt?: boolean;
+  /** vLLM's `add_special_tokens` (default true for completions, false for chat), when the body sets it. */
+  addSpecialTokens?: boolean;
 }
 
 /**
@@ -146,6 +151,15 @@ export function parseRequestBody(route: ApiRoute, raw: Buffer): ParsedRequest {
     if (typeof salt !== "string" || salt.length === 0)
       throw badRequest("cache_salt must be a non-empty string", "cache_salt");
     out.cacheSalt = salt;
+  }
+  for (const [key, field] of [
+    ["add_generation_prompt", "addGenerationPrompt"],
+    ["add_special_tokens", "addSpecialTokens"],
+  ] as const) {
+    const v = body[key];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== "boolean") throw badRequest(`${key} must be a boolean`, key);
+    out[field] = v;
   }
   return out;
 }

@@ -60,7 +60,7 @@ export function prepare(gw: Gateway, route: ApiRoute, body: Buffer, req: Incomin
   if (parsed.cacheSalt !== undefined) facts.cacheSalt = parsed.cacheSalt;
   if (parsed.maxTokens !== undefined) facts.maxTokens = parsed.maxTokens;
   if (gw.tokenizer) {
-    const ids = promptTokenIds(gw.tokenizer, parsed.prompt);
+    const ids = promptTokenIds(gw.tokenizer, parsed.prompt, parsed);
     if (ids !== undefined) facts.tokenIds = ids;
   }
   if (routing.sessionTokenHeader) {
