@@ -37,7 +37,7 @@ describe("scenario files", () => {
     assert.equal(s.fleet.numGpuBlocks, 307328 / 16 + 1);
     assert.deepEqual(
       s.routers.map((r) => r.name),
-      ["approximate", "load", "random", "round-robin", "default"],
+      ["approximate", "load", "random", "round-robin", "default", "precise"],
     );
     assert.equal(s.workload.preset, "llmd-73");
     assert.equal(s.scrapeInterval, 0.1);

@@ -15,27 +15,33 @@ export const Priority = {
    * its next request at t.
    */
   STEP_END: 0,
+  /**
+   * A KV-event batch due at t (a step's events, published at its end, plus the delivery delay)
+   * reaches the precise prefix index before anything at t reads it: with delay 0, a request
+   * arriving at a step's end sees the blocks that step stored.
+   */
+  KV_EVENTS: 1,
   /** A scrape at t reads what the steps ending at t published. */
-  SCRAPE: 1,
+  SCRAPE: 2,
   /** A gateway arrival at t is scheduled against the scrape taken at t (if any). */
-  ARRIVAL: 2,
+  ARRIVAL: 3,
   /** A request reaches its replica after the gateway delay; with delay 0, after every arrival at t. */
-  DELIVER: 3,
+  DELIVER: 4,
   /**
    * An idle replica starts its next step last, so every request delivered at t joins that step,
    * as requests queued before vLLM's scheduler runs do.
    */
-  STEP_START: 4,
+  STEP_START: 5,
 } as const;
 
-export type EventKind = "step-end" | "scrape" | "arrival" | "deliver" | "step-start";
+export type EventKind = "step-end" | "kv-events" | "scrape" | "arrival" | "deliver" | "step-start";
 
 export interface SimEvent {
   time: number;
   priority: number;
   seq: number;
   kind: EventKind;
-  /** Replica index (step-end, deliver, step-start). */
+  /** Replica index (step-end, kv-events, deliver, step-start). */
   replica: number;
   /** Request index into the run's table (deliver). */
   request: number;

@@ -4,10 +4,21 @@
  * Math.random; time is passed explicitly and every random draw comes from a seeded stream.
  *
  * A request's life: arrival at the gateway (tokenized; admission, schedule, onPicked against the
- * endpoints' metrics as of the last scrape) → delivery to its replica after the gateway delay →
- * engine steps (one output chunk per step, at the step's end) → onResponseStarted at its first
- * token, onResponseComplete and the arrival scheduler's completion at its last. A request refused
- * by admission or the scheduler, or rejected by the engine, is recorded as dropped.
+ * endpoints' metrics as of the last scrape and, for a precise prefix router, the KV events
+ * delivered so far) → delivery to its replica after the gateway delay → engine steps (one output
+ * chunk per step, at the step's end) → onResponseStarted at its first token, onResponseComplete and
+ * the arrival scheduler's completion at its last. A request refused by admission or the scheduler,
+ * or rejected by the engine, is recorded as dropped.
+ *
+ * Precise prefix routing: when the router config has a precise-prefix-cache-producer, the engines
+ * record KV-cache events, and each step's batch (current vLLM publishes one per step, in
+ * update_from_output after the step) is
+ * applied to every such producer's index at step end + kvEventsDelay, as a queued event of its own,
+ * under the endpoint id the scheduler sees for the replica. The router is then given the prompt's
+ * token ids (the very array the engine gets), since the producer keys requests by token ids. The
+ * engines' block hash does not matter: the index keys blocks by their token ids and maps the engine
+ * hashes only to apply removals, so the fast hash serves. Without such a producer no events are
+ * recorded, so other routers pay nothing for them.
  *
  * Invariants (a violation throws): the clock never goes back (INV-1); every request is resolved —
  * completed or dropped — exactly once, and no engine holds a request after the run (INV-2); a
@@ -21,6 +32,8 @@ import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { EngineInputError } from "../../engine/engine.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
 import type { Admission } from "../../flow/admission.ts";
+import type { KVEventBatch } from "../../kv/events.ts";
+import { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { Scheduler } from "../../scheduler/scheduler.ts";
 import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
@@ -51,8 +64,13 @@ export interface FleetRunOptions {
   scrapeInterval: number;
   /** Seconds from the gateway's decision to the replica receiving the request (≥ 0). */
   gatewayDelay: number;
-  /** Give the router real token ids (a tokenizer in the gateway); else it hashes prompt bytes. */
+  /**
+   * Give the router real token ids (a tokenizer in the gateway); else it hashes prompt bytes. A
+   * router with a precise prefix producer always gets them.
+   */
   routerTokenizer: boolean;
+  /** Seconds from a step's end to its KV events reaching a precise prefix index (≥ 0; default 0). */
+  kvEventsDelay?: number;
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
@@ -66,6 +84,8 @@ export interface FleetCounters {
   dropped: number;
   prefillTokens: number;
   decodeTokens: number;
+  /** KV-event batches applied to precise prefix indexes (0 without a precise router). */
+  kvEventBatches: number;
 }
 
 export interface FleetRunResult {
@@ -84,15 +104,38 @@ const DONE = 2;
 const EMPTY_TIMES = new Float64Array(0);
 const EMPTY_TOKENS = new Uint8Array(0);
 
+/** The scheduler's precise prefix producers, in config order (their indexes take the fleet's KV events). */
+export function preciseProducers(scheduler: Scheduler): PrecisePrefixProducer[] {
+  const out: PrecisePrefixProducer[] = [];
+  for (const p of scheduler.plugins.values()) if (p instanceof PrecisePrefixProducer) out.push(p);
+  return out;
+}
+
 export function runFleet(o: FleetRunOptions): FleetRunResult {
   if (!(o.scrapeInterval > 0) || !Number.isFinite(o.scrapeInterval))
     throw new RangeError(`scrapeInterval must be > 0, got ${o.scrapeInterval}`);
   if (!(o.gatewayDelay >= 0) || !Number.isFinite(o.gatewayDelay))
     throw new RangeError(`gatewayDelay must be ≥ 0, got ${o.gatewayDelay}`);
+  const kvDelay = o.kvEventsDelay ?? 0;
+  if (!(kvDelay >= 0) || !Number.isFinite(kvDelay))
+    throw new RangeError(`kvEventsDelay must be ≥ 0, got ${kvDelay}`);
   const { workload, scheduler, admission, observer } = o;
+  const precise = preciseProducers(scheduler);
+  for (const p of precise)
+    if (p.blockSizeTokens !== o.fleet.blockSize)
+      throw new RangeError(
+        `${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the engines' block size ${o.fleet.blockSize}`,
+      );
+  const fleetCfg =
+    precise.length > 0 && !o.fleet.enableKvCacheEvents ? { ...o.fleet, enableKvCacheEvents: true } : o.fleet;
+  const withTokenIds = o.routerTokenizer || precise.length > 0;
   const tok = o.tokenizer ?? new PromptTokenizer();
-  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, o.fleet, o.seed));
+  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, fleetCfg, o.seed));
   const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
+  for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
+  /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
+  const kvPending: KVEventBatch[][] = replicas.map(() => []);
+  const kvHead = new Int32Array(replicas.length);
   const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
   const specs = workload.requests;
   const n = specs.length;
@@ -116,6 +159,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     dropped: 0,
     prefillTokens: 0,
     decodeTokens: 0,
+    kvEventBatches: 0,
   };
   let now = 0;
   let resolved = 0;
@@ -178,7 +222,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       stream: true,
       priority: 0,
       ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
-      ...(o.routerTokenizer ? { tokenIds: ids } : {}),
+      ...(withTokenIds ? { tokenIds: ids } : {}),
     };
     const adm = admission.admit(f, candidates, now);
     if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
@@ -230,6 +274,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const stepEnd = (rep: Replica) => {
     const res = rep.endStep();
     observer?.onStepEnd?.(now, rep.index, res);
+    if (precise.length > 0 && res.kvEvents !== null) {
+      kvPending[rep.index].push(res.kvEvents);
+      q.push(now + kvDelay, Priority.KV_EVENTS, "kv-events", rep.index);
+    }
     const at = rep.outputIndices(res.outputs, indexOf);
     for (let k = 0; k < res.outputs.length; k++) {
       const out = res.outputs[k];
@@ -242,6 +290,23 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     }
     rep.publish();
     if (rep.engine.hasUnfinishedRequests()) queueStart(rep);
+  };
+
+  /** The replica's oldest pending batch reaches the precise indexes (batches of one replica keep their order). */
+  const applyKvEvents = (rep: Replica) => {
+    const pending = kvPending[rep.index];
+    const head = kvHead[rep.index]++;
+    const batch = pending[head];
+    if (head + 1 === pending.length) {
+      pending.length = 0;
+      kvHead[rep.index] = 0;
+    } else if (head >= 1023) {
+      // A delay longer than a step keeps batches queued: drop the applied ones now and then.
+      pending.splice(0, head + 1);
+      kvHead[rep.index] = 0;
+    }
+    for (const p of precise) for (const ev of batch.events) p.index.applyEvent(rep.state.id, ev);
+    counters.kvEventBatches++;
   };
 
   const scrape = () => {
@@ -278,6 +343,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     switch (e.kind) {
       case "step-end":
         stepEnd(replicas[e.replica]);
+        break;
+      case "kv-events":
+        applyKvEvents(replicas[e.replica]);
         break;
       case "scrape":
         scrape();

@@ -57,12 +57,23 @@ export const ScenarioSchema = z.strictObject({
   scrapeIntervalMs: z.number().finite().positive().optional(),
   /** Gateway decision → replica receives the request, ms (default 0). */
   gatewayDelayMs: z.number().finite().nonnegative().optional(),
-  /** The router tokenizes prompts (RequestFacts.tokenIds); default false: it hashes prompt bytes. */
+  /**
+   * The router tokenizes prompts (RequestFacts.tokenIds); default false: it hashes prompt bytes.
+   * A router with a precise prefix producer is always given token ids (it keys requests by them).
+   */
   routerTokenizer: z.boolean().optional(),
-  /** Engine block hash: "fast64" (default here; no KV events are consumed) or "sha256_cbor". */
+  /**
+   * Engine block hash: "fast64" (default) or vLLM's "sha256_cbor". Routing never depends on it: the
+   * precise prefix index keys blocks by their token ids and maps engine hashes only for removals.
+   */
   blockHash: z.enum(["fast64", "sha256_cbor"]).optional(),
-  /** Record KV events in the engines (default false; a precise-prefix router would need them). */
+  /**
+   * Record KV events in every run's engines (default false). A router with a precise prefix
+   * producer turns them on for its own run regardless.
+   */
   kvEvents: z.boolean().optional(),
+  /** A step's end → its KV events reach a precise prefix index, ms (default 5). */
+  kvEventsDelayMs: z.number().finite().nonnegative().optional(),
 });
 export type ScenarioInput = z.infer<typeof ScenarioSchema>;
 
@@ -91,6 +102,8 @@ export interface Scenario {
   scrapeInterval: number;
   gatewayDelay: number;
   routerTokenizer: boolean;
+  /** Seconds from a step's end to its KV events reaching a precise prefix index. */
+  kvEventsDelay: number;
 }
 
 function fail(origin: string, path: string, message: string): never {
@@ -213,5 +226,6 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
     scrapeInterval: (s.scrapeIntervalMs ?? 100) / 1000,
     gatewayDelay: (s.gatewayDelayMs ?? 0) / 1000,
     routerTokenizer: s.routerTokenizer ?? false,
+    kvEventsDelay: (s.kvEventsDelayMs ?? 5) / 1000,
   };
 }

@@ -12,8 +12,9 @@ import { generateWorkload } from "../../bench/workloads/spec.ts";
 import type { Workload } from "../../bench/workloads/types.ts";
 import { admissionFromConfig } from "../../flow/admission.ts";
 import { printConfig } from "../../scheduler/defaults.ts";
+import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler } from "../../scheduler/scheduler.ts";
-import { runFleet } from "./fleet.ts";
+import { preciseProducers, runFleet } from "./fleet.ts";
 import { computeLimits, type Limits } from "./limits.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
@@ -92,6 +93,12 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       );
     }
     const { admission } = admissionFromConfig(created.config);
+    const precise = preciseProducers(created.scheduler);
+    for (const p of precise)
+      if (p.blockSizeTokens !== sc.fleet.blockSize)
+        throw new ScenarioError(
+          `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the fleet's block size ${sc.fleet.blockSize}: the precise index keys engine blocks`,
+        );
     const res = runFleet({
       fleet: sc.fleet,
       workload,
@@ -101,6 +108,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       scrapeInterval: sc.scrapeInterval,
       gatewayDelay: sc.gatewayDelay,
       routerTokenizer: sc.routerTokenizer,
+      kvEventsDelay: sc.kvEventsDelay,
       tokenizer,
     });
     const base = buildRun(
@@ -132,6 +140,13 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
         decode_tokens: res.counters.decodeTokens,
         completed: res.counters.completed,
         dropped: res.counters.dropped,
+        kv_events: sc.fleet.enableKvCacheEvents || precise.length > 0,
+        ...(precise.length > 0
+          ? {
+              kv_event_batches: res.counters.kvEventBatches,
+              precise_index: Object.fromEntries(precise.map((p) => [p.typedName.name, preciseStats(p)])),
+            }
+          : {}),
         config_warnings: created.warnings,
       },
       limits,
@@ -173,6 +188,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       scrape_interval_s: sc.scrapeInterval,
       gateway_delay_s: sc.gatewayDelay,
       router_tokenizer: sc.routerTokenizer,
+      kv_events_delay_s: sc.kvEventsDelay,
       workload: spec,
     },
     limits,
@@ -182,6 +198,20 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       total_s: (performance.now() - t0) / 1000,
       routers: outcomes.map((o) => ({ router: o.run.router, wall_s: o.wallSeconds, cpu_s: o.cpuSeconds })),
     },
+  };
+}
+
+/** A precise producer's index counters and its routing hit ratio (blocks held by the picked endpoint). */
+function preciseStats(p: PrecisePrefixProducer): Record<string, number> {
+  const { bytes: _b, bytesPerEntry: _e, ...index } = p.index.stats();
+  const s = p.stats();
+  return {
+    ...index,
+    requests: s.requests as number,
+    requests_without_tokens: s.requestsWithoutTokens as number,
+    hit_blocks: s.hitBlocks as number,
+    lookup_blocks: s.lookupBlocks as number,
+    hit_ratio: s.hitRatio as number,
   };
 }
 
