@@ -78,10 +78,15 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
   const dir = mkdtempSync(join(tmpdir(), "kvgate-demo-"));
   try {
     const json = join(dir, "demo.json");
-    const run = runDemo([...TINY, "--json", json]);
+    const report = join(dir, "demo.html");
+    const run = runDemo([...TINY, "--json", json, "--report", report]);
     const { code } = await run.done;
     assert.equal(code, 0, `demo failed: ${run.err()}`);
     assert.match(run.out(), /kvgate vs round-robin: output tokens\/s/);
+    assert.ok(run.out().includes(`report: ${report}`), "prints the report's path");
+    const html = readFileSync(report, "utf8");
+    assert.match(html, /<svg/);
+    assert.ok(html.includes("round-robin") && html.includes("kvgate"));
     const file = parseResultsFile(readFileSync(json, "utf8"));
     assert.equal(file.simulated, true);
     assert.deepEqual(
@@ -101,12 +106,15 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
 
 test("Ctrl-C in the kvgate phase stops the demo, its replicas and the gateway; it still exits 0", async () => {
   let sent = false;
-  const run = runDemo([...TINY, "--requests", "400"], (line, kill) => {
-    if (!sent && line.startsWith("kvgate:") && line.includes("replicas ready")) {
-      sent = true;
-      setTimeout(kill, 300);
-    }
-  });
+  const run = runDemo(
+    [...TINY, "--requests", "400", "--report", join(tmpdir(), "kvgate-demo-ctrlc.html")],
+    (line, kill) => {
+      if (!sent && line.startsWith("kvgate:") && line.includes("replicas ready")) {
+        sent = true;
+        setTimeout(kill, 300);
+      }
+    },
+  );
   const { code } = await run.done;
   assert.ok(sent, `demo never got going: ${run.err()}`);
   assert.equal(code, 0, run.err());

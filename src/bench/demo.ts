@@ -6,12 +6,13 @@
  * fresh replicas so neither inherits the other's cache. Every child process is stopped on the way
  * out, also on Ctrl-C.
  */
-import { writeFileSync } from "node:fs";
-import { resolve } from "node:path";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { parsePromText, sumOf } from "../datalayer/prom-text.ts";
 import { type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
 import { runBench } from "./driver.ts";
 import { formatProgress, table } from "./format.ts";
+import { renderReport } from "./report/report.ts";
 import { type ResultsFile, type RunResult, resultsFile } from "./results.ts";
 import { buildRun } from "./run.ts";
 import { KVGATE_VERSION } from "./version.ts";
@@ -33,6 +34,8 @@ export interface DemoOptions {
   profile: string;
   seed: number;
   json?: string;
+  /** Where the HTML report goes. */
+  report: string;
   log: (line: string) => void;
   signal?: AbortSignal;
 }
@@ -47,6 +50,7 @@ export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   blocksPerReplica: 19208,
   profile: "qwen3-32b-tp2-h100",
   seed: 42,
+  report: "results/demo-report.html",
 };
 
 export interface DemoPhase {
@@ -213,6 +217,15 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     { kvgateVersion: KVGATE_VERSION, created: new Date().toISOString(), simulated: true },
   );
   if (o.json) writeFileSync(resolve(o.json), `${JSON.stringify(file, null, 2)}\n`);
-  if (phases.length === 2) o.log(`\n${sideBySide(phases[0], phases[1])}`);
+  if (phases.length === 2) {
+    o.log(`\n${sideBySide(phases[0], phases[1])}`);
+    const out = resolve(o.report);
+    mkdirSync(dirname(out), { recursive: true });
+    writeFileSync(
+      out,
+      renderReport([{ name: "kvgate demo", file }], { title: "kvgate demo (simulated)" }).html,
+    );
+    o.log(`report: ${out}`);
+  }
   return { phases, file };
 }

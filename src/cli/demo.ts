@@ -36,6 +36,7 @@ export function registerDemo(program: Command): void {
     .option("--profile <name>", "replica hardware/model profile", d.profile)
     .option("--seed <n>", "workload seed", num("--seed", true), d.seed)
     .option("--json <file>", "also write the results (routers round-robin and kvgate) as JSON")
+    .option("--report <file>", "where to write the HTML report", d.report)
     .action(async (f) => {
       const ac = new AbortController();
       const onSignal = () => {
@@ -56,6 +57,7 @@ export function registerDemo(program: Command): void {
           profile: f.profile,
           seed: f.seed,
           json: f.json,
+          report: f.report,
           log: (line) => console.log(line),
           signal: ac.signal,
         });
