@@ -44,6 +44,8 @@ interface Flags {
   upstreamTimeoutMs: number;
   failureThreshold: number;
   tokenizer?: string;
+  tokenizerCacheBytes: number;
+  tokenizeTimeoutMs: number;
   poolName: string;
 }
 
@@ -91,10 +93,19 @@ export function registerServe(program: Command): Command {
       3,
     )
     .option(
-      "--tokenizer <dir|sim>",
-      "tokenize prompts for the prefix index: a tokenizer.json directory, or sim (precise mode: the " +
+      "--tokenizer <dir|sim|endpoint>",
+      "tokenize prompts for the prefix index: a tokenizer.json directory, sim, or endpoint (alias " +
+        "remote: ask a candidate replica's vLLM POST /tokenize, 250 ms timeout, no ids on failure); " +
+        "local ones cache token ids per prompt segment split at special tokens (precise mode: the " +
         "served model's tokenizer, so ids match vLLM's; default sim)",
     )
+    .option(
+      "--tokenizer-cache-bytes <n>",
+      "byte budget of the local tokenizer's per-segment id cache (LRU; 0 disables)",
+      (v: string) => (v === "0" ? 0 : positive(v)),
+      64 * 1024 * 1024,
+    )
+    .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
     .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
     .action(async (flags: Flags, cmd: Command) => {
       if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
@@ -125,6 +136,8 @@ export function registerServe(program: Command): Command {
           upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
           failureThreshold: flags.failureThreshold,
           tokenizer: flags.tokenizer,
+          tokenizerCacheBytes: flags.tokenizerCacheBytes,
+          tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
           poolName: flags.poolName,
         });
       } catch (err) {

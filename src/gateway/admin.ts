@@ -21,7 +21,8 @@ import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
 import type { KvEventsEndpointView } from "./kv-events.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
-import { prepare } from "./server.ts";
+import { fillEndpointTokenIds, prepare } from "./server.ts";
+import { tokenizerCacheOf } from "./tokenize.ts";
 
 const EXPLAIN_ROUTES: Record<string, ApiRoute> = {
   "/v1/completions": "completions",
@@ -107,6 +108,7 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
   const body = await readBody(req, gw.opts.maxBodyBytes);
   const route = explainRoute(url, body);
   const p = prepare(gw, route, body, req);
+  if (gw.endpointTokenizer) await fillEndpointTokenIds(gw, p);
   const admission = p.routing.admission.admit(p.facts, p.candidates, p.now);
   const result = p.routing.scheduler.schedule(p.facts, p.candidates, p.now, { explain: true });
   const ex = result.explanation;
@@ -159,6 +161,10 @@ function prefixMatch(gw: Gateway, result: ScheduleResult): Record<string, unknow
 }
 
 function updateGauges(gw: Gateway): void {
+  gw.metrics.setTokenizer(
+    tokenizerCacheOf(gw.tokenizer)?.stats() ?? null,
+    gw.endpointTokenizer?.stats() ?? null,
+  );
   const now = monotonicSeconds();
   const snap = gw.data.store.snapshot(now);
   gw.metrics.setPool(

@@ -21,7 +21,8 @@ import { GatewayMetrics } from "./metrics.ts";
 import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
 import { buildRouting, type Routing } from "./routing.ts";
 import { handlePublic } from "./server.ts";
-import { loadGatewayTokenizer } from "./tokenize.ts";
+import { isEndpointTokenizerSpec, loadGatewayTokenizer } from "./tokenize.ts";
+import { EndpointTokenizer } from "./tokenize-endpoint.ts";
 
 export interface GatewayOptions {
   /** Public port (0 = ephemeral). Default 0. */
@@ -62,8 +63,15 @@ export interface GatewayOptions {
   drainTimeoutMs?: number;
   /** InferencePool name in pool metrics. Default "kvgate". */
   poolName?: string;
-  /** "sim", a Hugging Face tokenizer directory, or a Tokenizer: real token ids for the prefix index. */
+  /**
+   * "sim", a Hugging Face tokenizer directory, "endpoint"/"remote" (a replica's vLLM /tokenize), or a
+   * Tokenizer: real token ids for the prefix index.
+   */
   tokenizer?: string | Tokenizer;
+  /** Byte budget of the local tokenizer's prefix cache (tokenize-cache.ts). Default 64 MiB; 0 disables. */
+  tokenizerCacheBytes?: number;
+  /** Timeout of a --tokenizer endpoint /tokenize call. Default 250 ms. */
+  tokenizeTimeoutMs?: number;
   seed?: number;
   log?: (line: string) => void;
 }
@@ -95,6 +103,8 @@ export class Gateway {
   modelObjectives: ModelObjectives;
   /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer, or precise mode's default). */
   tokenizer: Tokenizer | null = null;
+  /** Set by --tokenizer endpoint: prompts are tokenized by a candidate replica's /tokenize. */
+  endpointTokenizer: EndpointTokenizer | null = null;
   /** What `tokenizer` is, for the startup line: "sim", a directory, "custom", or null. */
   tokenizerName: string | null = null;
   /** True when precise mode chose the sim tokenizer because no tokenizer was given. */
@@ -190,7 +200,7 @@ export class Gateway {
    */
   async ensureTokenizer(): Promise<boolean> {
     const precise = this.routing.precise.length > 0;
-    if (precise && this.tokenizer === null) {
+    if (precise && this.tokenizer === null && this.endpointTokenizer === null) {
       this.tokenizer = await loadGatewayTokenizer("sim");
       this.tokenizerName = "sim";
       this.tokenizerDefaulted = true;
@@ -300,9 +310,14 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
     opts.endpointsFile !== undefined
       ? EndpointSource.fromFile(opts.endpointsFile, { log: opts.log })
       : EndpointSource.fromList(opts.endpoints as string | EndpointSpec[]);
-  const tokenizer = opts.tokenizer !== undefined ? await loadGatewayTokenizer(opts.tokenizer) : null;
+  const remote = isEndpointTokenizerSpec(opts.tokenizer);
+  const tokenizer =
+    opts.tokenizer !== undefined && !remote
+      ? await loadGatewayTokenizer(opts.tokenizer, { maxBytes: opts.tokenizerCacheBytes })
+      : null;
   const gw = new Gateway(opts, source, routing, objectives);
   gw.tokenizer = tokenizer;
+  if (remote) gw.endpointTokenizer = new EndpointTokenizer({ timeoutMs: opts.tokenizeTimeoutMs });
   if (opts.tokenizer !== undefined)
     gw.tokenizerName = typeof opts.tokenizer === "string" ? opts.tokenizer : "custom";
   const host = opts.host ?? "127.0.0.1";

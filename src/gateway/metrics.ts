@@ -72,6 +72,12 @@ export class GatewayMetrics {
   readonly httpRequests: Counter<"route" | "status" | "outcome">;
   readonly upstreamFailures: Counter<"endpoint" | "kind">;
   readonly endpointHealthy: Gauge<"endpoint">;
+  /** The local tokenizer's prefix cache (tokenize-cache.ts), set from its counters before each scrape. */
+  readonly tokenizerCacheHits: Counter;
+  readonly tokenizerCacheMisses: Counter;
+  /** --tokenizer endpoint: /tokenize calls made and failed (the request was routed without ids). */
+  readonly tokenizerEndpointRequests: Counter;
+  readonly tokenizerEndpointFailures: Counter;
   /** kvgate_kv_events_<name>_total per precise producer and endpoint (set from the subscribers' counts). */
   readonly kvEventCounters: ReadonlyArray<[keyof KvEndpointStats, Counter<KvLabels>]>;
   readonly kvIndexEntries: Gauge<KvLabels>;
@@ -159,6 +165,26 @@ export class GatewayMetrics {
       "endpoint",
     ]);
     const kvLabels: KvLabels[] = ["plugin_name", "endpoint"];
+    this.tokenizerCacheHits = c(
+      "kvgate_tokenizer_cache_hits_total",
+      "Prompt segments whose token ids came from the gateway tokenizer's prefix cache.",
+      [],
+    );
+    this.tokenizerCacheMisses = c(
+      "kvgate_tokenizer_cache_misses_total",
+      "Cacheable prompt segments the gateway tokenizer had to encode.",
+      [],
+    );
+    this.tokenizerEndpointRequests = c(
+      "kvgate_tokenizer_endpoint_requests_total",
+      "POST /tokenize calls to a replica (--tokenizer endpoint).",
+      [],
+    );
+    this.tokenizerEndpointFailures = c(
+      "kvgate_tokenizer_endpoint_failures_total",
+      "Failed or timed-out /tokenize calls; those requests were routed without token ids.",
+      [],
+    );
     this.kvEventCounters = KV_EVENT_COUNTERS.map(([suffix, field, help]) => [
       field,
       c(`kvgate_kv_events_${suffix}_total`, help, kvLabels),
@@ -192,6 +218,21 @@ export class GatewayMetrics {
         this.kvIndexEntries.set(labels, s.indexEntries);
       }
     }
+  }
+
+  /** Tokenizer counters (called right before each /metrics scrape); absent sources count 0. */
+  setTokenizer(
+    cache: { hits: number; misses: number } | null,
+    endpoint: { requests: number; failures: number } | null,
+  ): void {
+    const set = (counter: Counter, v: number) => {
+      counter.reset();
+      counter.inc(v);
+    };
+    set(this.tokenizerCacheHits, cache?.hits ?? 0);
+    set(this.tokenizerCacheMisses, cache?.misses ?? 0);
+    set(this.tokenizerEndpointRequests, endpoint?.requests ?? 0);
+    set(this.tokenizerEndpointFailures, endpoint?.failures ?? 0);
   }
 
   /** Request labels with the model-name cardinality cap applied. */

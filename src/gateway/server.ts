@@ -74,6 +74,19 @@ export function prepare(gw: Gateway, route: ApiRoute, body: Buffer, req: Incomin
   return { parsed, facts, candidates: c.candidates, routing, now };
 }
 
+/**
+ * With --tokenizer endpoint, asks a candidate replica's /tokenize for the prompt's ids (bounded by
+ * its timeout; on failure the request is routed without them). Callers skip it when
+ * gw.endpointTokenizer is null, so the local-tokenizer path stays synchronous.
+ */
+export async function fillEndpointTokenIds(gw: Gateway, p: Prepared): Promise<void> {
+  const et = gw.endpointTokenizer;
+  if (!et || p.facts.tokenIds !== undefined) return;
+  const ids = await et.tokenIds(p.parsed.model, p.parsed.prompt, p.parsed, p.candidates);
+  if (ids !== undefined) p.facts.tokenIds = ids;
+  p.now = monotonicSeconds();
+}
+
 export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerResponse): void {
   const path = (req.url ?? "/").split("?")[0];
   const route = ROUTES[path];
@@ -148,6 +161,7 @@ async function proxyRequest(
   try {
     body = await readBody(req, gw.opts.maxBodyBytes);
     p = prepare(gw, route, body, req);
+    if (gw.endpointTokenizer) await fillEndpointTokenIds(gw, p);
   } catch (err) {
     if (!(err instanceof GatewayError)) throw err;
     if (ac.signal.aborted) return count(499, "client-disconnect");
