@@ -15,6 +15,13 @@ export interface Hasher {
    * `maxBlocks − 1`, as (lo, hi) uint32 pairs. Must equal chainFrom's loop over h64.
    */
   chain?(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): Uint32Array;
+  /**
+   * Optional, with chain: a buffer of at least `bytes` bytes to write chain() input into from
+   * offset 0, so that chain() hashes it in place (no copy). Bytes written survive a later scratch()
+   * call (which may return a new, larger view); chain() and scratch() may overwrite them, h64()
+   * must not.
+   */
+  scratch?(bytes: number): Uint8Array;
 }
 
 export async function createXxHasher(): Promise<Hasher> {
@@ -24,5 +31,6 @@ export async function createXxHasher(): Promise<Hasher> {
     h64: (bytes, seed = 0n) => api.h64Raw(bytes, seed),
     chain: (bytes, blockBytes, maxBlocks, first, prev) =>
       chain.chain(bytes, blockBytes, maxBlocks, first, prev),
+    scratch: (bytes) => chain.scratch(bytes),
   };
 }

@@ -300,13 +300,34 @@ export class Xxh64Chain {
     const blocks = Math.min(Math.ceil((bytes.length - start) / blockBytes), maxBlocks - first);
     const len = Math.min(bytes.length - start, blocks * blockBytes);
     const outBytes = blocks * 8;
-    this.#reserve(outBytes + len);
-    this.#u8.set(bytes.subarray(start, start + len), outBytes);
-    const n = this.#x.chain(outBytes, len, blockBytes, blocks, 0, BigInt.asIntN(64, prev));
-    if (LITTLE_ENDIAN) return this.#u32.slice(0, 2 * n);
-    const out = new Uint32Array(2 * n);
-    for (let k = 0; k < 2 * n; k++) out[k] = this.#view.getUint32(4 * k, true);
-    return out;
+    let src: number;
+    let out: number;
+    if (bytes.buffer === this.#x.mem.buffer) {
+      // Written into scratch() by the caller: hash in place, hashes right after the input.
+      src = bytes.byteOffset + start;
+      out = (bytes.byteOffset + bytes.length + 7) & ~7;
+      this.#reserve(out + outBytes);
+    } else {
+      src = outBytes;
+      out = 0;
+      this.#reserve(outBytes + len);
+      this.#u8.set(bytes.subarray(start, start + len), outBytes);
+    }
+    const n = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
+    if (LITTLE_ENDIAN) return this.#u32.slice(out >>> 2, (out >>> 2) + 2 * n);
+    const hashes = new Uint32Array(2 * n);
+    for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getUint32(out + 4 * k, true);
+    return hashes;
+  }
+
+  /**
+   * A view of this instance's memory, at least `bytes` long, for a caller to write chain() input
+   * into (from offset 0) instead of having chain() copy it; bytes already written survive a later
+   * scratch() call that grows the memory. Any other call on this instance may overwrite it.
+   */
+  scratch(bytes: number): Uint8Array {
+    this.#reserve(bytes);
+    return this.#u8;
   }
 
   #reserve(bytes: number): void {

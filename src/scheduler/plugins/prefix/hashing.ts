@@ -53,7 +53,8 @@ export function transientPrompt(cycle: CycleState, hasher: Hasher | null): FlatP
   const p = req.prompt;
   if ((req.tokenIds !== undefined && req.tokenIds.length > 0) || p.kind !== "chat")
     return flatPrompt(cycle, hasher);
-  const w = new ByteWriter();
+  // Written straight into the hasher's scratch memory when it has one: chain() then needs no copy.
+  const w = new ByteWriter(hasher?.chain !== undefined ? hasher : null);
   writeChat(w, p.messages, p.tools, hasher);
   const bytes = w.view();
   const tokenCount = Math.ceil(bytes.length / BYTES_PER_TOKEN);
@@ -138,21 +139,50 @@ function writeChat(
   }
 }
 
-/** Appends UTF-8 text and placeholder runs into one shared, growing scratch buffer. */
+/** Strings up to this many UTF-16 units try the allocation-free ASCII copy in ByteWriter.text(). */
+const SHORT_TEXT = 32;
+
+/**
+ * Appends UTF-8 text and placeholder runs into one shared, growing scratch buffer, or into the
+ * hasher's scratch memory (Hasher.scratch) when given one.
+ */
 class ByteWriter {
-  static #buf = new Uint8Array(1 << 16);
+  static #shared = new Uint8Array(1 << 16);
+  readonly #hasher: Hasher | null;
+  #buf: Uint8Array;
   #len = 0;
+
+  constructor(hasher: Hasher | null = null) {
+    this.#hasher = hasher?.scratch !== undefined ? hasher : null;
+    this.#buf = this.#hasher !== null ? this.#scratch(1 << 16) : ByteWriter.#shared;
+  }
 
   text(s: string): void {
     if (s.length === 0) return;
     this.#reserve(s.length * 3);
-    this.#len += encoder.encodeInto(s, ByteWriter.#buf.subarray(this.#len)).written;
+    const buf = this.#buf;
+    // Short ASCII strings (chat roles) are copied directly: encodeInto() would allocate a view and
+    // a result object per call. Same bytes: ASCII is its own UTF-8.
+    if (s.length <= SHORT_TEXT) {
+      const at = this.#len;
+      let i = 0;
+      for (; i < s.length; i++) {
+        const c = s.charCodeAt(i);
+        if (c >= 0x80) break;
+        buf[at + i] = c;
+      }
+      if (i === s.length) {
+        this.#len = at + i;
+        return;
+      }
+    }
+    this.#len += encoder.encodeInto(s, buf.subarray(this.#len)).written;
   }
 
   placeholders(part: Record<string, unknown>, hasher: Hasher | null): void {
     const pad = (BYTES_PER_TOKEN - (this.#len % BYTES_PER_TOKEN)) % BYTES_PER_TOKEN;
     this.#reserve(pad + MULTIMODAL_PLACEHOLDER_TOKENS * BYTES_PER_TOKEN);
-    const buf = ByteWriter.#buf;
+    const buf = this.#buf;
     buf.fill(0, this.#len, this.#len + pad);
     this.#len += pad;
     const url =
@@ -167,20 +197,30 @@ class ByteWriter {
 
   /** A copy of the bytes written (the scratch buffer is reused by the next request). */
   done(): Uint8Array {
-    return ByteWriter.#buf.slice(0, this.#len);
+    return this.#buf.slice(0, this.#len);
   }
 
   /** The bytes written, in place: valid only until the next ByteWriter writes. */
   view(): Uint8Array {
-    return ByteWriter.#buf.subarray(0, this.#len);
+    return this.#buf.subarray(0, this.#len);
   }
 
   #reserve(n: number): void {
-    const buf = ByteWriter.#buf;
+    const buf = this.#buf;
     if (this.#len + n <= buf.length) return;
-    const next = new Uint8Array(Math.max(buf.length * 2, this.#len + n));
+    const size = Math.max(buf.length * 2, this.#len + n);
+    if (this.#hasher !== null) {
+      this.#buf = this.#scratch(size); // keeps the bytes written
+      return;
+    }
+    const next = new Uint8Array(size);
     next.set(buf.subarray(0, this.#len));
-    ByteWriter.#buf = next;
+    ByteWriter.#shared = next;
+    this.#buf = next;
+  }
+
+  #scratch(bytes: number): Uint8Array {
+    return (this.#hasher as Hasher & { scratch(bytes: number): Uint8Array }).scratch(bytes);
   }
 }
 
