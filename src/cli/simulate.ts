@@ -5,13 +5,15 @@
  * results file (simulated seconds). Progress and wall-clock timings go to stderr.
  */
 import { writeFileSync } from "node:fs";
-import type { Command } from "commander";
+import { availableParallelism } from "node:os";
+import { type Command, InvalidArgumentError } from "commander";
 import { formatComparison, formatLimits, formatRouter } from "../sim/fleet/format.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
 
 interface Flags {
   json?: string;
+  jobs: number;
   routers?: string[];
   quick?: boolean;
 }
@@ -40,9 +42,11 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     res = await simulate(sc, {
       routers: f.routers,
       quick: f.quick,
+      jobs: f.jobs,
       onRouterStart: (name, i, n) => console.error(`[${i + 1}/${n}] ${name} ...`),
       onRouterDone: (o) => {
-        console.error(`    done: wall ${o.wallSeconds.toFixed(1)} s, cpu ${o.cpuSeconds.toFixed(1)} s`);
+        const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";
+        console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
       },
     });
@@ -70,5 +74,16 @@ export function registerSimulate(program: Command): Command {
     .option("--json <file>", "write the results JSON here")
     .option("--routers <names>", "run only these routers of the scenario (comma-separated)", list)
     .option("--quick", "scale the workload down to a tenth for a smoke run")
+    .option(
+      "--jobs <n>",
+      "routers simulated at once, one worker thread each (results are identical for any value)",
+      (v: string) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 1)
+          throw new InvalidArgumentError("--jobs must be a positive integer");
+        return n;
+      },
+      availableParallelism(),
+    )
     .action(action);
 }

@@ -26,6 +26,12 @@ export interface SimulateOptions {
   quick?: boolean;
   onRouterStart?(name: string, index: number, total: number): void;
   onRouterDone?(outcome: RouterOutcome): void;
+  /**
+   * Routers run at once, each in a worker thread (default 1: in this thread). Results are identical
+   * either way: every router gets its own fleet, scheduler and seeds. Needs a scenario loaded from a
+   * file, which each worker loads again.
+   */
+  jobs?: number;
 }
 
 /** A results-file run with the simulator's additions. */
@@ -80,85 +86,18 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
   const tokenizer = new PromptTokenizer();
   const limits = computeLimits(workload, sc.fleet, tokenizer);
   const outcomes: RouterOutcome[] = [];
-  for (const [k, r] of routers.entries()) {
-    opts.onRouterStart?.(r.name, k, routers.length);
-    const w0 = performance.now();
-    const c0 = process.cpuUsage();
-    let created: Awaited<ReturnType<typeof createScheduler>>;
-    try {
-      created = await createScheduler(r.configText, { seed: sc.seed });
-    } catch (err) {
-      throw new ScenarioError(
-        `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
-      );
+  const jobs = Math.max(1, Math.min(opts.jobs ?? 1, routers.length));
+  if (jobs > 1) {
+    const { runRoutersInWorkers } = await import("./parallel.ts");
+    const ordered = await runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
+    outcomes.push(...ordered);
+  } else {
+    for (const [k, r] of routers.entries()) {
+      opts.onRouterStart?.(r.name, k, routers.length);
+      const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
+      outcomes.push(outcome);
+      opts.onRouterDone?.(outcome);
     }
-    const { admission } = admissionFromConfig(created.config);
-    const precise = preciseProducers(created.scheduler);
-    for (const p of precise)
-      if (p.blockSizeTokens !== sc.fleet.blockSize)
-        throw new ScenarioError(
-          `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the fleet's block size ${sc.fleet.blockSize}: the precise index keys engine blocks`,
-        );
-    const res = runFleet({
-      fleet: sc.fleet,
-      workload,
-      scheduler: created.scheduler,
-      admission,
-      seed: sc.seed,
-      scrapeInterval: sc.scrapeInterval,
-      gatewayDelay: sc.gatewayDelay,
-      routerTokenizer: sc.routerTokenizer,
-      kvEventsDelay: sc.kvEventsDelay,
-      tokenizer,
-    });
-    const base = buildRun(
-      spec,
-      workload,
-      { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
-      { router: r.name, timeScale: 1 },
-    );
-    for (const st of base.stages) {
-      let cached = 0;
-      let prompt = 0;
-      for (const rec of res.records)
-        if (rec.stage === st.index && !rec.error && rec.cachedTokens !== undefined) {
-          cached += rec.cachedTokens;
-          prompt += rec.promptTokens;
-        }
-      (st as Record<string, unknown>).prefix_cache_hit_rate = prompt > 0 ? cached / prompt : null;
-    }
-    const run: SimRun = {
-      ...base,
-      router_config: { source: r.source, effective: printConfig(created.config) },
-      simulation: {
-        seed: sc.seed,
-        end_time_s: res.endTime,
-        events: res.counters.events,
-        steps: res.counters.steps,
-        scrapes: res.counters.scrapes,
-        prefill_tokens: res.counters.prefillTokens,
-        decode_tokens: res.counters.decodeTokens,
-        completed: res.counters.completed,
-        dropped: res.counters.dropped,
-        kv_events: sc.fleet.enableKvCacheEvents || precise.length > 0,
-        ...(precise.length > 0
-          ? {
-              kv_event_batches: res.counters.kvEventBatches,
-              precise_index: Object.fromEntries(precise.map((p) => [p.typedName.name, preciseStats(p)])),
-            }
-          : {}),
-        config_warnings: created.warnings,
-      },
-      limits,
-    };
-    const c = process.cpuUsage(c0);
-    const outcome = {
-      run,
-      wallSeconds: (performance.now() - w0) / 1000,
-      cpuSeconds: (c.user + c.system) / 1e6,
-    };
-    outcomes.push(outcome);
-    opts.onRouterDone?.(outcome);
   }
   const created = new Date().toISOString();
   return {
@@ -199,6 +138,99 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       routers: outcomes.map((o) => ({ router: o.run.router, wall_s: o.wallSeconds, cpu_s: o.cpuSeconds })),
     },
   };
+}
+
+/** What every router of one scenario run shares: the workload, its tokenization and its limits. */
+export interface RouterContext {
+  spec: Scenario["workload"];
+  workload: Workload;
+  tokenizer: PromptTokenizer;
+  limits: Limits;
+}
+
+/** One router against a fresh fleet. Deterministic given the scenario and the context. */
+export async function runRouter(
+  sc: Scenario,
+  r: Scenario["routers"][number],
+  ctx: RouterContext,
+): Promise<RouterOutcome> {
+  const { spec, workload, tokenizer, limits } = ctx;
+  const w0 = performance.now();
+  const c0 = process.cpuUsage();
+  let created: Awaited<ReturnType<typeof createScheduler>>;
+  try {
+    created = await createScheduler(r.configText, { seed: sc.seed });
+  } catch (err) {
+    throw new ScenarioError(
+      `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
+    );
+  }
+  const { admission } = admissionFromConfig(created.config);
+  const precise = preciseProducers(created.scheduler);
+  for (const p of precise)
+    if (p.blockSizeTokens !== sc.fleet.blockSize)
+      throw new ScenarioError(
+        `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the fleet's block size ${sc.fleet.blockSize}: the precise index keys engine blocks`,
+      );
+  const res = runFleet({
+    fleet: sc.fleet,
+    workload,
+    scheduler: created.scheduler,
+    admission,
+    seed: sc.seed,
+    scrapeInterval: sc.scrapeInterval,
+    gatewayDelay: sc.gatewayDelay,
+    routerTokenizer: sc.routerTokenizer,
+    kvEventsDelay: sc.kvEventsDelay,
+    tokenizer,
+  });
+  const base = buildRun(
+    spec,
+    workload,
+    { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
+    { router: r.name, timeScale: 1 },
+  );
+  for (const st of base.stages) {
+    let cached = 0;
+    let prompt = 0;
+    for (const rec of res.records)
+      if (rec.stage === st.index && !rec.error && rec.cachedTokens !== undefined) {
+        cached += rec.cachedTokens;
+        prompt += rec.promptTokens;
+      }
+    (st as Record<string, unknown>).prefix_cache_hit_rate = prompt > 0 ? cached / prompt : null;
+  }
+  const run: SimRun = {
+    ...base,
+    router_config: { source: r.source, effective: printConfig(created.config) },
+    simulation: {
+      seed: sc.seed,
+      end_time_s: res.endTime,
+      events: res.counters.events,
+      steps: res.counters.steps,
+      scrapes: res.counters.scrapes,
+      prefill_tokens: res.counters.prefillTokens,
+      decode_tokens: res.counters.decodeTokens,
+      completed: res.counters.completed,
+      dropped: res.counters.dropped,
+      kv_events: sc.fleet.enableKvCacheEvents || precise.length > 0,
+      ...(precise.length > 0
+        ? {
+            kv_event_batches: res.counters.kvEventBatches,
+            precise_index: Object.fromEntries(precise.map((p) => [p.typedName.name, preciseStats(p)])),
+          }
+        : {}),
+      config_warnings: created.warnings,
+    },
+    limits,
+  };
+  const c = process.cpuUsage(c0);
+  const outcome = {
+    run,
+    wallSeconds: (performance.now() - w0) / 1000,
+    cpuSeconds: (c.user + c.system) / 1e6,
+  };
+  return outcome;
 }
 
 /** A precise producer's index counters and its routing hit ratio (blocks held by the picked endpoint). */

@@ -1,0 +1,41 @@
+/**
+ * Worker-thread entry for parallel simulation: runs one router of a scenario per message and posts
+ * its outcome back. The scenario and its workload are built once per worker and reused.
+ */
+import { parentPort } from "node:worker_threads";
+import { computeLimits } from "./limits.ts";
+import type { WorkerReply, WorkerRequest } from "./parallel.ts";
+import { PromptTokenizer } from "./prompt-tokens.ts";
+import { loadScenario, type Scenario } from "./scenario.ts";
+import { type RouterContext, runRouter, scenarioWorkload } from "./simulate.ts";
+
+let cached: { key: string; sc: Scenario; ctx: RouterContext } | null = null;
+
+function context(req: WorkerRequest): { sc: Scenario; ctx: RouterContext } {
+  const key = `${req.file}\n${req.quick}`;
+  if (cached?.key !== key) {
+    const sc = loadScenario(req.file);
+    const { spec, workload } = scenarioWorkload(sc, req.quick);
+    const tokenizer = new PromptTokenizer();
+    cached = {
+      key,
+      sc,
+      ctx: { spec, workload, tokenizer, limits: computeLimits(workload, sc.fleet, tokenizer) },
+    };
+  }
+  return cached;
+}
+
+parentPort?.on("message", async (req: WorkerRequest) => {
+  let reply: WorkerReply;
+  try {
+    const { sc, ctx } = context(req);
+    const router = sc.routers.find((r) => r.name === req.router);
+    if (router === undefined) throw new Error(`unknown router "${req.router}"`);
+    const outcome = await runRouter(sc, router, ctx);
+    reply = { ok: true, outcome: { ...outcome, cpuSeconds: Number.NaN } };
+  } catch (e) {
+    reply = { ok: false, message: (e as Error).message, name: (e as Error).name };
+  }
+  parentPort?.postMessage(reply);
+});
