@@ -20,6 +20,13 @@ import { createCachingTokenizer } from "../src/gateway/tokenize-cache.ts";
 import { EndpointTokenizer } from "../src/gateway/tokenize-endpoint.ts";
 import type { ChatMessage, EndpointState, PromptInput } from "../src/scheduler/types.ts";
 import { postJson, startTestReplica, waitFor } from "./helpers/replica.ts";
+import {
+  addedTokens,
+  BOS_POST_PROCESSOR,
+  bpeModel,
+  CHATML_TEMPLATE,
+  SPECIAL_TOKENS,
+} from "./helpers/tokenizer-fixtures.ts";
 
 function rng(seed: number): () => number {
   let s = seed >>> 0;
@@ -98,21 +105,6 @@ function byteChars(): string[] {
   return out;
 }
 
-const SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"];
-const addedTokens = () =>
-  SPECIAL.map((content, id) => ({
-    id,
-    content,
-    single_word: false,
-    lstrip: false,
-    rstrip: false,
-    normalized: false,
-    special: true,
-  }));
-const CHATML =
-  "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
-  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
-
 function writeByteLevel(dir: string): void {
   const chars = byteChars();
   const G = chars[32]!; // "Ġ", the space
@@ -121,7 +113,7 @@ function writeByteLevel(dir: string): void {
     [`${G}ca`, "t"], ["t", "h"], ["th", "e"], [`${G}t`, "he"], ["Ċ", "Ċ"], [G, G], ["a", "t"],
   ]; // biome-ignore format: one table
   const vocab: Record<string, number> = {};
-  for (const s of SPECIAL) vocab[s] = Object.keys(vocab).length;
+  for (const s of SPECIAL_TOKENS) vocab[s] = Object.keys(vocab).length;
   for (const c of chars) vocab[c] = Object.keys(vocab).length;
   for (const [a, b] of merges) vocab[a! + b!] ??= Object.keys(vocab).length;
   const tokenizer = {
@@ -131,28 +123,13 @@ function writeByteLevel(dir: string): void {
     added_tokens: addedTokens(),
     normalizer: null,
     pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
-    post_processor: {
-      type: "TemplateProcessing",
-      single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
-      pair: [
-        { SpecialToken: { id: "<s>", type_id: 0 } },
-        { Sequence: { id: "A", type_id: 0 } },
-        { Sequence: { id: "B", type_id: 1 } },
-      ],
-      special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
-    },
+    post_processor: BOS_POST_PROCESSOR,
     decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: null,
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
+    model: bpeModel(
       vocab,
-      merges: merges.map(([a, b]) => `${a} ${b}`),
-    },
+      merges.map(([a, b]) => `${a} ${b}`),
+      null,
+    ),
   };
   writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizer));
   writeFileSync(
@@ -161,14 +138,14 @@ function writeByteLevel(dir: string): void {
       name_or_path: "tiny-bytes",
       eos_token: "<|im_end|>",
       bos_token: "<s>",
-      chat_template: CHATML,
+      chat_template: CHATML_TEMPLATE,
     }),
   );
 }
 
 function writeCharLevel(dir: string): void {
   const pieces = [..."abcdefghijklmnopqrstuvwxyz", "he", "hel", "hell", "hello"];
-  const vocab = Object.fromEntries([...SPECIAL, ...pieces].map((t, i) => [t, i]));
+  const vocab = Object.fromEntries([...SPECIAL_TOKENS, ...pieces].map((t, i) => [t, i]));
   const tokenizer = {
     version: "1.0",
     added_tokens: addedTokens(),
@@ -176,22 +153,12 @@ function writeCharLevel(dir: string): void {
     pre_tokenizer: { type: "Whitespace" },
     post_processor: null,
     decoder: null,
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      vocab,
-      merges: ["h e", "he l", "hel l", "hell o"],
-    },
+    model: bpeModel(vocab, ["h e", "he l", "hel l", "hell o"]),
   };
   writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizer));
   writeFileSync(
     join(dir, "tokenizer_config.json"),
-    JSON.stringify({ name_or_path: "tiny-chars", eos_token: "<|im_end|>", chat_template: CHATML }),
+    JSON.stringify({ name_or_path: "tiny-chars", eos_token: "<|im_end|>", chat_template: CHATML_TEMPLATE }),
   );
 }
 

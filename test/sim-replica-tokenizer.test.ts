@@ -4,43 +4,25 @@
  * is the tokenizer's. The fixture is a tiny character-level BPE written to a temp dir.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { postJson, startTestReplica } from "./helpers/replica.ts";
+import { addedTokens, bpeModel, SPECIAL_TOKENS, writeTokenizerDir } from "./helpers/tokenizer-fixtures.ts";
 
-const SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"];
 const PIECES = [..."abcdefghijklmnopqrstuvwxyz", "he", "hel", "hell", "hello"];
-const VOCAB = Object.fromEntries([...SPECIAL, ...PIECES].map((t, i) => [t, i]));
+const VOCAB = Object.fromEntries([...SPECIAL_TOKENS, ...PIECES].map((t, i) => [t, i]));
 
 function writeFixture(dir: string): void {
   const tokenizer = {
     version: "1.0",
-    added_tokens: SPECIAL.map((content, id) => ({
-      id,
-      content,
-      single_word: false,
-      lstrip: false,
-      rstrip: false,
-      normalized: false,
-      special: true,
-    })),
+    added_tokens: addedTokens(),
     normalizer: null,
     pre_tokenizer: { type: "Whitespace" },
     post_processor: null,
     decoder: null,
-    model: {
-      type: "BPE",
-      dropout: null,
-      unk_token: "<unk>",
-      continuing_subword_prefix: null,
-      end_of_word_suffix: null,
-      fuse_unk: false,
-      byte_fallback: false,
-      vocab: VOCAB,
-      merges: ["h e", "he l", "hel l", "hell o"],
-    },
+    model: bpeModel(VOCAB, ["h e", "he l", "hel l", "hell o"]),
   };
   const config = {
     name_or_path: "tiny-chars",
@@ -49,8 +31,7 @@ function writeFixture(dir: string): void {
       "{% for m in messages %}<|im_start|>{{ m.role }} {{ m.content }}<|im_end|>{% endfor %}" +
       "{% if add_generation_prompt %}<|im_start|>assistant {% endif %}",
   };
-  writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizer));
-  writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(config));
+  writeTokenizerDir(dir, tokenizer, config);
 }
 
 test("--tokenizer DIR drives tokenization, the chat template and generated ids", async (t) => {

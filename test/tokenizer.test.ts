@@ -14,6 +14,7 @@ import {
   SIM_SPECIAL_TOKENS,
   simPieces,
 } from "../src/engine/sim-tokenizer.ts";
+import { addedTokens, BOS_POST_PROCESSOR, bpeModel, SPECIAL_TOKENS } from "./helpers/tokenizer-fixtures.ts";
 
 function rng(seed: number): () => number {
   let s = seed >>> 0;
@@ -193,44 +194,16 @@ test("sim: chat template has role markers, the generation prompt, and special id
 
 const CHARS = "abcdefghijklmnopqrstuvwxyz";
 const MERGED = ["he", "ll", "hell", "hello", "wo", "wor", "worl", "world"];
-const SPECIAL = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"];
 const VOCAB: Record<string, number> = {};
-for (const tok of [...SPECIAL, ...CHARS, ...MERGED]) VOCAB[tok] = Object.keys(VOCAB).length;
+for (const tok of [...SPECIAL_TOKENS, ...CHARS, ...MERGED]) VOCAB[tok] = Object.keys(VOCAB).length;
 const TOKENIZER_JSON = {
   version: "1.0",
-  added_tokens: SPECIAL.map((content, id) => ({
-    id,
-    content,
-    single_word: false,
-    lstrip: false,
-    rstrip: false,
-    normalized: false,
-    special: true,
-  })),
+  added_tokens: addedTokens(),
   normalizer: null,
   pre_tokenizer: { type: "Whitespace" },
-  post_processor: {
-    type: "TemplateProcessing",
-    single: [{ SpecialToken: { id: "<s>", type_id: 0 } }, { Sequence: { id: "A", type_id: 0 } }],
-    pair: [
-      { SpecialToken: { id: "<s>", type_id: 0 } },
-      { Sequence: { id: "A", type_id: 0 } },
-      { Sequence: { id: "B", type_id: 1 } },
-    ],
-    special_tokens: { "<s>": { id: "<s>", ids: [1], tokens: ["<s>"] } },
-  },
+  post_processor: BOS_POST_PROCESSOR,
   decoder: null,
-  model: {
-    type: "BPE",
-    dropout: null,
-    unk_token: "<unk>",
-    continuing_subword_prefix: null,
-    end_of_word_suffix: null,
-    fuse_unk: false,
-    byte_fallback: false,
-    vocab: VOCAB,
-    merges: ["h e", "l l", "he ll", "hell o", "w o", "wo r", "wor l", "worl d"],
-  },
+  model: bpeModel(VOCAB, ["h e", "l l", "he ll", "hell o", "w o", "wo r", "wor l", "worl d"]),
 };
 const TEMPLATE =
   "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
