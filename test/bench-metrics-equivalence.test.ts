@@ -6,6 +6,7 @@
  * path), continuous ones (the sort fallback), NaN and −0 gaps (the old-way fallback), zero-token
  * chunks, errors, warm-up, records without a stage, stage starts on chunk times, and SLOs.
  */
+
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import {
@@ -22,6 +23,7 @@ import {
   type Summary,
   stageAggregates,
 } from "../src/bench/metrics.ts";
+import { rng } from "./helpers/rng.ts";
 
 /** src/bench/metrics.ts as it was before the fast paths (aggregation part, unchanged). */
 const oracle = (() => {
@@ -259,18 +261,6 @@ const oracle = (() => {
 
   return { aggregate, aggregateSet, stageAggregates };
 })();
-
-/** mulberry32: a seeded stream in [0, 1). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Mode = "quantised" | "continuous" | "odd";
 

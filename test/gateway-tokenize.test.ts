@@ -5,6 +5,7 @@
  * Whitespace pre-tokenizer), over random multi-turn chats and completions sharing system prompts;
  * and `--tokenizer endpoint` (src/gateway/tokenize-endpoint.ts) against a simulated replica.
  */
+
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -20,6 +21,7 @@ import { createCachingTokenizer } from "../src/gateway/tokenize-cache.ts";
 import { EndpointTokenizer } from "../src/gateway/tokenize-endpoint.ts";
 import type { ChatMessage, EndpointState, PromptInput } from "../src/scheduler/types.ts";
 import { postJson, startTestReplica, waitFor } from "./helpers/replica.ts";
+import { rng } from "./helpers/rng.ts";
 import {
   addedTokens,
   BOS_POST_PROCESSOR,
@@ -27,17 +29,6 @@ import {
   CHATML_TEMPLATE,
   SPECIAL_TOKENS,
 } from "./helpers/tokenizer-fixtures.ts";
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Atoms for random texts: words, spacing, punctuation, unicode, markers, marker fragments.
 const ATOMS = [

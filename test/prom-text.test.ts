@@ -1,5 +1,6 @@
 // Tests for the Prometheus text-format parser (src/datalayer/prom-text.ts): vLLM's exposition,
 // prom-client output, escapes and special values, a render/parse property test, garbled input.
+
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import client from "prom-client";
@@ -14,6 +15,7 @@ import {
   samplesOf,
   sumOf,
 } from "../src/datalayer/prom-text.ts";
+import { rng } from "./helpers/rng.ts";
 
 // biome-ignore format: one table
 const TTFT_LE = [
@@ -230,17 +232,6 @@ test("prom-client rendered registry parses back to the values set", async () => 
 });
 
 // ---- property test: random families rendered by a tiny renderer of our own ----
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ALPHABET = ['"', "\\", "\n", "a", "Z", "0", " ", ",", "}", "{", "=", "é", "漢", "😀", "#", "\t", "n"];
 

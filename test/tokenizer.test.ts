@@ -1,5 +1,6 @@
 // Tests for the two Tokenizer implementations: the deterministic simulator tokenizer
 // (src/engine/sim-tokenizer.ts) and the offline Hugging Face loader (src/datalayer/hf-tokenizer.ts).
+
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
@@ -14,18 +15,8 @@ import {
   SIM_SPECIAL_TOKENS,
   simPieces,
 } from "../src/engine/sim-tokenizer.ts";
+import { rng } from "./helpers/rng.ts";
 import { addedTokens, BOS_POST_PROCESSOR, bpeModel, SPECIAL_TOKENS } from "./helpers/tokenizer-fixtures.ts";
-
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const PROSE = `The gateway routes each request to the replica that already holds its prefix in the KV cache,
 unless that replica is saturated. In that case it picks the least loaded one, and the prefix is computed

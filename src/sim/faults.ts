@@ -8,6 +8,7 @@
  * - errorRate P: that fraction of generation requests is answered 500 (seeded, reproducible);
  * - metrics "stall" (GET /metrics never answers) or "garbled" (200 with text that is not an exposition).
  */
+import { Rng } from "../engine/output-tokens.ts";
 
 export type MetricsFault = "stall" | "garbled";
 
@@ -42,23 +43,19 @@ export function checkFaultOptions(f: FaultOptions): string | null {
 export class Faults {
   readonly opts: FaultOptions;
   private requests = 0;
-  private rngState: number;
+  private readonly rng: Rng;
   private crashed = false;
   private readonly crash: () => void;
 
   constructor(opts: FaultOptions, seed: number, crash: () => void) {
     this.opts = opts;
-    this.rngState = (seed ^ 0x5bd1e995) >>> 0 || 1;
+    this.rng = new Rng((seed ^ 0x5bd1e995) >>> 0 || 1);
     this.crash = crash;
   }
 
-  /** mulberry32: a small deterministic stream, independent of the engine's. */
+  /** A small deterministic stream, independent of the engine's. */
   private random(): number {
-    this.rngState = (this.rngState + 0x6d2b79f5) >>> 0;
-    let t = this.rngState;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    return this.rng.next();
   }
 
   /** Called once per generation request; returns its 1-based ordinal. */

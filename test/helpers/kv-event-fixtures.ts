@@ -4,20 +4,11 @@
 import assert from "node:assert/strict";
 import type { DecodedEventBatch } from "../../src/kv/event-codec.ts";
 import type { BlockStored, KVEvent, KVEventBatch } from "../../src/kv/events.ts";
+import { type RandomFn, rng } from "./rng.ts";
 
-export type Rng = () => number;
+export type Rng = RandomFn;
 
-/** mulberry32: a small seeded PRNG returning floats in [0, 1). */
-export function rng(seed: number): Rng {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { rng };
 
 const int = (r: Rng, n: number): number => Math.floor(r() * n);
 const pick = <T>(r: Rng, xs: readonly T[]): T => xs[int(r, xs.length)];
