@@ -4,14 +4,16 @@
  * the endpoints holding it. Endpoints get small integer slots so matching counts into a typed array.
  *
  * Hot-path layout (the match walk is bound by cache misses, ~100 ns each): a block hash travels as
- * two int32 halves (lo, hi) packed in a Uint32Array (the little-endian layout of uint64s), never
- * as a BigInt. Blocks live in an arena of parallel typed arrays indexed by a small integer, so a
+ * two 32-bit halves (lo, hi) packed in a plain array (PackedHashes, the little-endian layout of uint64s), never
+ * as a BigInt. Blocks live in an arena of 32-byte records indexed by a small integer, so a
  * chain's blocks, created together, sit next to each other in memory; a Map from the low 30 bits
  * of the hash (a small-integer key, hashed inline by V8) finds a block, with the rare keys sharing
  * those bits chained. Each block remembers the block that followed it last time (`succ`), so a
  * walk along a known chain needs no table lookup. The bigint methods (add, match) are the same
  * operations for callers holding bigints.
  */
+
+import type { PackedHashes } from "../../hash.ts";
 
 interface EndpointEntry {
   slot: number;
@@ -29,31 +31,39 @@ export interface PrefixMatch {
 const KEY_MASK = 0x3fffffff;
 const NONE = -1;
 
-/** bigint hashes → packed (lo, hi) uint32 pairs. */
-export function packHashes(hashes: readonly bigint[]): Uint32Array {
-  const out = new Uint32Array(hashes.length * 2);
+/** bigint hashes → PackedHashes (int32 halves). */
+export function packHashes(hashes: readonly bigint[]): number[] {
+  const out = new Array<number>(hashes.length * 2);
   for (let i = 0; i < hashes.length; i++) {
     const h = BigInt.asUintN(64, hashes[i]);
-    out[2 * i] = Number(h & 0xffffffffn);
-    out[2 * i + 1] = Number(h >> 32n);
+    out[2 * i] = Number(BigInt.asIntN(32, h));
+    out[2 * i + 1] = Number(BigInt.asIntN(32, h >> 32n));
   }
   return out;
 }
 
+/** Fields of a block's record in the arena (int32 each, STRIDE per block). */
+const LO = 0;
+const HI = 1;
+const NEXT = 2;
+const SUCC = 3;
+const COUNT = 4;
+const S0 = 5;
+const S1 = 6;
+const LIVE = 7;
+/** 32 bytes: two block records per 64-byte cache line. */
+const STRIDE = 8;
+
 /**
- * The block arena. Block b: hash (lo[b], hi[b]); next[b], the next block in its table bucket;
- * succ[b], the successor hint; its holders, kept in arrival order with swap-remove: n[b] of them,
- * the first two in s0[b] and s1[b] (most blocks have one or two), the rest in more[b].
+ * The block arena: one Int32Array of fixed-size records, so everything a match walk reads about a
+ * block (hash, successor hint, holder count, first two holders) is in one cache line, and a chain's
+ * blocks, allocated together, are adjacent: a cold walk costs one miss per two blocks instead of
+ * one per field. Block b's record starts at b·STRIDE: its hash (LO, HI); NEXT, the next block in
+ * its table bucket; SUCC, the successor hint; COUNT holders kept in arrival order with
+ * swap-remove, the first two in S0 and S1 (most blocks have one or two), the rest in more[b]; LIVE.
  */
 class Blocks {
-  lo = new Int32Array(1024);
-  hi = new Int32Array(1024);
-  next = new Int32Array(1024);
-  succ = new Int32Array(1024);
-  n = new Int32Array(1024);
-  s0 = new Int32Array(1024);
-  s1 = new Int32Array(1024);
-  live = new Uint8Array(1024);
+  m = new Int32Array(1024 * STRIDE);
   more: (number[] | null)[] = [];
   #used = 0;
   #free: number[] = [];
@@ -61,49 +71,59 @@ class Blocks {
   alloc(lo: number, hi: number): number {
     let b = this.#free.pop();
     if (b === undefined) {
-      if (this.#used === this.lo.length) this.#grow();
+      if ((this.#used + 1) * STRIDE > this.m.length) this.#grow();
       b = this.#used++;
     }
-    this.lo[b] = lo;
-    this.hi[b] = hi;
-    this.next[b] = NONE;
-    this.succ[b] = NONE;
-    this.n[b] = 0;
-    this.live[b] = 1;
+    const m = this.m;
+    const o = b * STRIDE;
+    m[o + LO] = lo;
+    m[o + HI] = hi;
+    m[o + NEXT] = NONE;
+    m[o + SUCC] = NONE;
+    m[o + COUNT] = 0;
+    m[o + LIVE] = 1;
     this.more[b] = null;
     return b;
   }
 
   release(b: number): void {
-    this.live[b] = 0;
-    this.succ[b] = NONE;
-    this.next[b] = NONE;
+    const o = b * STRIDE;
+    this.m[o + LIVE] = 0;
+    this.m[o + SUCC] = NONE;
+    this.m[o + NEXT] = NONE;
     this.more[b] = null;
     this.#free.push(b);
   }
 
+  get(b: number, field: number): number {
+    return this.m[b * STRIDE + field];
+  }
+
+  set(b: number, field: number, v: number): void {
+    this.m[b * STRIDE + field] = v;
+  }
+
   holder(b: number, k: number): number {
-    return k === 0 ? this.s0[b] : k === 1 ? this.s1[b] : (this.more[b] as number[])[k - 2];
+    return k < 2 ? this.m[b * STRIDE + S0 + k] : (this.more[b] as number[])[k - 2];
   }
 
   #setHolder(b: number, k: number, slot: number): void {
-    if (k === 0) this.s0[b] = slot;
-    else if (k === 1) this.s1[b] = slot;
+    if (k < 2) this.m[b * STRIDE + S0 + k] = slot;
     else (this.more[b] as number[])[k - 2] = slot;
   }
 
   push(b: number, slot: number): void {
-    const k = this.n[b];
-    if (k === 0) this.s0[b] = slot;
-    else if (k === 1) this.s1[b] = slot;
+    const o = b * STRIDE;
+    const k = this.m[o + COUNT];
+    if (k < 2) this.m[o + S0 + k] = slot;
     else if (k === 2) this.more[b] = [slot];
     else (this.more[b] as number[]).push(slot);
-    this.n[b] = k + 1;
+    this.m[o + COUNT] = k + 1;
   }
 
   /** Removes holder `slot` (swapping the last holder into its place); false if it was none. */
   remove(b: number, slot: number): boolean {
-    const n = this.n[b];
+    const n = this.m[b * STRIDE + COUNT];
     let k = 0;
     while (k < n && this.holder(b, k) !== slot) k++;
     if (k === n) return false;
@@ -114,27 +134,14 @@ class Blocks {
       more.pop();
       if (more.length === 0) this.more[b] = null;
     }
-    this.n[b] = last;
+    this.m[b * STRIDE + COUNT] = last;
     return true;
   }
 
   #grow(): void {
-    const size = this.lo.length * 2;
-    const grow32 = (a: Int32Array) => {
-      const out = new Int32Array(size);
-      out.set(a);
-      return out;
-    };
-    this.lo = grow32(this.lo);
-    this.hi = grow32(this.hi);
-    this.next = grow32(this.next);
-    this.succ = grow32(this.succ);
-    this.n = grow32(this.n);
-    this.s0 = grow32(this.s0);
-    this.s1 = grow32(this.s1);
-    const live = new Uint8Array(size);
-    live.set(this.live);
-    this.live = live;
+    const out = new Int32Array(this.m.length * 2);
+    out.set(this.m);
+    this.m = out;
   }
 }
 
@@ -161,7 +168,7 @@ export class ApproxPrefixIndex {
   }
 
   /** add() for hashes packed as (lo, hi) uint32 pairs. */
-  addPacked(endpointId: string, packed: Uint32Array, capacity: number): void {
+  addPacked(endpointId: string, packed: PackedHashes, capacity: number): void {
     const n = packed.length >>> 1;
     if (capacity <= 0 || n === 0) return;
     const e = this.#entry(endpointId);
@@ -178,7 +185,7 @@ export class ApproxPrefixIndex {
         b = this.#find(lo, hi);
         if (b === NONE) b = this.#insert(lo, hi);
       }
-      if (after !== NONE) B.succ[b] = after;
+      if (after !== NONE) B.set(b, SUCC, after);
       after = b;
       if (lru.has(b)) {
         lru.delete(b);
@@ -206,7 +213,7 @@ export class ApproxPrefixIndex {
   }
 
   /** match() for hashes packed as (lo, hi) uint32 pairs. */
-  matchPacked(packed: Uint32Array): PrefixMatch {
+  matchPacked(packed: PackedHashes): PrefixMatch {
     const slots = this.#slotIds.length;
     if (this.#scratch.length < slots) {
       this.#scratch = new Int32Array(slots * 2);
@@ -222,13 +229,15 @@ export class ApproxPrefixIndex {
     for (; depth < n; depth++) {
       const b = this.#next(prev, packed[2 * depth] | 0, packed[2 * depth + 1] | 0);
       if (b === NONE) break;
-      const h = B.n[b];
+      const o = b * STRIDE;
+      const m = B.m;
+      const h = m[o + COUNT];
       if (h > 0) {
-        const s = B.s0[b];
+        const s = m[o + S0];
         if (counts[s]++ === 0) touched[nTouched++] = s;
       }
       if (h > 1) {
-        const s = B.s1[b];
+        const s = m[o + S1];
         if (counts[s]++ === 0) touched[nTouched++] = s;
       }
       if (h > 2) {
@@ -294,7 +303,7 @@ export class ApproxPrefixIndex {
   }
 
   /** The block ids of `packed` (NONE where not indexed), walking successor hints; reused buffer. */
-  #resolve(packed: Uint32Array, n: number): Int32Array {
+  #resolve(packed: PackedHashes, n: number): Int32Array {
     if (this.#resolved.length < n) this.#resolved = new Int32Array(n * 2);
     const out = this.#resolved;
     let prev = NONE;
@@ -310,18 +319,23 @@ export class ApproxPrefixIndex {
   #next(prev: number, lo: number, hi: number): number {
     const B = this.#b;
     if (prev !== NONE) {
-      const s = B.succ[prev];
-      if (s !== NONE && B.live[s] === 1 && B.lo[s] === lo && B.hi[s] === hi) return s;
+      const m = B.m;
+      const s = m[prev * STRIDE + SUCC];
+      if (s !== NONE) {
+        const o = s * STRIDE;
+        if (m[o + LO] === lo && m[o + HI] === hi && m[o + LIVE] === 1) return s;
+      }
     }
     const b = this.#find(lo, hi);
-    if (prev !== NONE && b !== NONE) B.succ[prev] = b;
+    if (prev !== NONE && b !== NONE) B.set(prev, SUCC, b);
     return b;
   }
 
   #find(lo: number, hi: number): number {
     const B = this.#b;
+    const m = B.m;
     let b = this.#table.get(lo & KEY_MASK) ?? NONE;
-    while (b !== NONE && (B.lo[b] !== lo || B.hi[b] !== hi)) b = B.next[b];
+    while (b !== NONE && (m[b * STRIDE + LO] !== lo || m[b * STRIDE + HI] !== hi)) b = m[b * STRIDE + NEXT];
     return b;
   }
 
@@ -332,8 +346,8 @@ export class ApproxPrefixIndex {
     const head = this.#table.get(key);
     if (head === undefined) this.#table.set(key, b);
     else {
-      B.next[b] = B.next[head];
-      B.next[head] = b;
+      B.set(b, NEXT, B.get(head, NEXT));
+      B.set(head, NEXT, b);
     }
     this.#distinct++;
     return b;
@@ -341,20 +355,21 @@ export class ApproxPrefixIndex {
 
   #dropHolder(b: number, slot: number): void {
     const B = this.#b;
-    if (B.remove(b, slot) && B.n[b] === 0) this.#unlink(b);
+    if (B.remove(b, slot) && B.get(b, COUNT) === 0) this.#unlink(b);
   }
 
   #unlink(b: number): void {
     const B = this.#b;
-    const key = B.lo[b] & KEY_MASK;
+    const key = B.get(b, LO) & KEY_MASK;
     const head = this.#table.get(key) as number;
+    const next = B.get(b, NEXT);
     if (head === b) {
-      if (B.next[b] === NONE) this.#table.delete(key);
-      else this.#table.set(key, B.next[b]);
+      if (next === NONE) this.#table.delete(key);
+      else this.#table.set(key, next);
     } else {
       let p = head;
-      while (B.next[p] !== b) p = B.next[p];
-      B.next[p] = B.next[b];
+      while (B.get(p, NEXT) !== b) p = B.get(p, NEXT);
+      B.set(p, NEXT, next);
     }
     B.release(b);
     this.#distinct--;
