@@ -37,9 +37,9 @@ function random64(rng: Rng): bigint {
   return (BigInt(rng.int(2 ** 32)) << 32n) | BigInt(rng.int(2 ** 32));
 }
 
-function unpack(p: Uint32Array): bigint[] {
+function unpack(p: ArrayLike<number>): bigint[] {
   const out: bigint[] = [];
-  for (let k = 0; k < p.length; k += 2) out.push((BigInt(p[k + 1]) << 32n) | BigInt(p[k]));
+  for (let k = 0; k < p.length; k += 2) out.push((BigInt(p[k + 1] >>> 0) << 32n) | BigInt(p[k] >>> 0));
   return out;
 }
 
@@ -99,8 +99,9 @@ describe("wasm block chain", () => {
 });
 
 describe("packed prefix index", () => {
-  it("packHashes splits uint64s into little-endian (lo, hi) pairs", () => {
-    assert.deepEqual([...packHashes([0x0123456789abcdefn, 1n])], [0x89abcdef, 0x01234567, 1, 0]);
+  it("packHashes splits uint64s into (lo, hi) int32 halves", () => {
+    assert.deepEqual([...packHashes([0x0123456789abcdefn, 1n])], [0x89abcdef | 0, 0x01234567, 1, 0]);
+    assert.deepEqual([...packHashes([0xffffffff80000000n])], [-0x80000000, -1]);
   });
 
   it("matches like a bigint-keyed reference under random adds, evictions, hash collisions in the low bits and pruning", () => {

@@ -6,15 +6,22 @@
 import xxhashWasm from "xxhash-wasm";
 import { Xxh64Chain } from "./xxh64-wasm.ts";
 
+/**
+ * 64-bit hashes as (lo, hi) 32-bit halves: hash i is p[2i] | p[2i+1] << 32, each half stored as
+ * an int32 (read it with `>>> 0` for the unsigned value). A plain array of int32s is what V8
+ * stores most cheaply (small integers, no boxing).
+ */
+export type PackedHashes = ArrayLike<number>;
+
 export interface Hasher {
   /** xxHash64 of `bytes` with `seed` (default 0n), as an unsigned 64-bit bigint. */
   h64(bytes: Uint8Array, seed?: bigint): bigint;
   /**
    * Optional fast path for the whole prefix block chain (chainFrom in plugins/prefix/hashing.ts):
    * h_first, h_first+1, … of `bytes` in `blockBytes` blocks, parent hash `prev`, up to block
-   * `maxBlocks − 1`, as (lo, hi) uint32 pairs. Must equal chainFrom's loop over h64.
+   * `maxBlocks − 1`, as PackedHashes. Must equal chainFrom's loop over h64.
    */
-  chain?(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): Uint32Array;
+  chain?(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): PackedHashes;
   /**
    * Optional, with chain: a buffer of at least `bytes` bytes to write chain() input into from
    * offset 0, so that chain() hashes it in place (no copy). Bytes written survive a later scratch()

@@ -291,12 +291,12 @@ export class Xxh64Chain {
 
   /**
    * The chained hashes of blocks `first`, `first+1`, … of `bytes` (`blockBytes` each, the last one
-   * possibly partial), up to block `maxBlocks − 1`, as (lo, hi) uint32 pairs; `prev` is the parent
+   * possibly partial), up to block `maxBlocks − 1`, as PackedHashes (int32 halves); `prev` is the parent
    * hash of block `first` (h0 for block 0).
    */
-  chain(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): Uint32Array {
+  chain(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): number[] {
     const start = first * blockBytes;
-    if (start >= bytes.length || first >= maxBlocks) return new Uint32Array(0);
+    if (start >= bytes.length || first >= maxBlocks) return [];
     const blocks = Math.min(Math.ceil((bytes.length - start) / blockBytes), maxBlocks - first);
     const len = Math.min(bytes.length - start, blocks * blockBytes);
     const outBytes = blocks * 8;
@@ -314,9 +314,16 @@ export class Xxh64Chain {
       this.#u8.set(bytes.subarray(start, start + len), outBytes);
     }
     const n = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
-    if (LITTLE_ENDIAN) return this.#u32.slice(out >>> 2, (out >>> 2) + 2 * n);
-    const hashes = new Uint32Array(2 * n);
-    for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getUint32(out + 4 * k, true);
+    // Copied into a plain array of int32 halves (small integers to V8: no boxing, no double
+    // array): a typed-array copy (slice) of this size gets an off-heap backing store, which costs
+    // ~1 µs, several times that right after a scavenge (bench:picker).
+    const hashes = new Array<number>(2 * n);
+    if (LITTLE_ENDIAN) {
+      const u32 = this.#u32;
+      for (let k = 0, at = out >>> 2; k < 2 * n; k++) hashes[k] = u32[at + k] | 0;
+    } else {
+      for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getInt32(out + 4 * k, true);
+    }
     return hashes;
   }
 

@@ -8,7 +8,7 @@
  * are the pseudo-tokens, 4 bytes each; hashing the raw bytes of a block equals hashing its packed
  * LE uint32 pseudo-tokens, except that a trailing partial pseudo-token stays unpadded, as in llm-d.
  */
-import type { Hasher } from "../../hash.ts";
+import type { Hasher, PackedHashes } from "../../hash.ts";
 import type { CycleState, PromptInput, RequestFacts } from "../../types.ts";
 import { dataKey } from "../../types.ts";
 import type { ChainCache } from "./chain-cache.ts";
@@ -256,7 +256,7 @@ export function chainHashesPacked(
   blockSizeTokens: number,
   maxBlocks: number,
   cache: ChainCache | null,
-): Uint32Array {
+): PackedHashes {
   if (hasher.chain !== undefined) {
     const bytes = seg.kind === "bytes" ? seg.bytes : tokenBytes(seg.tokens);
     return hasher.chain(bytes, blockSizeTokens * BYTES_PER_TOKEN, maxBlocks, 0, h0);
@@ -279,7 +279,8 @@ export function chainFrom(
 ): void {
   if (hasher.chain !== undefined) {
     const packed = hasher.chain(bytes, blockBytes, maxBlocks, first, prev);
-    for (let k = 0; k < packed.length; k += 2) out.push((BigInt(packed[k + 1]) << 32n) | BigInt(packed[k]));
+    for (let k = 0; k < packed.length; k += 2)
+      out.push((BigInt(packed[k + 1] >>> 0) << 32n) | BigInt(packed[k] >>> 0));
     return;
   }
   for (let i = first, off = first * blockBytes; off < bytes.length && i < maxBlocks; i++, off += blockBytes) {

@@ -5,7 +5,7 @@
  * chosen endpoint (and on the `prefill` profile's endpoint), learning only from its own decisions.
  */
 import { z } from "zod";
-import type { Hasher } from "../../hash.ts";
+import type { Hasher, PackedHashes } from "../../hash.ts";
 import type { PluginHandle } from "../../plugin-spec.ts";
 import { spec } from "../../plugin-spec.ts";
 import type {
@@ -48,7 +48,7 @@ class MatchInfo implements PrefixMatchInfo {
     readonly promptTokens: number,
     readonly counts: Map<string, number>,
     /** Per prompt, its block hashes as packed (lo, hi) uint32 pairs. */
-    readonly hashes: Uint32Array[],
+    readonly hashes: PackedHashes[],
   ) {}
   get anyMatch(): boolean {
     return this.counts.size > 0;
@@ -108,7 +108,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
     const bs = this.blockSize(candidates);
     const maxBlocks = this.maxBlocks(bs);
     const h0 = this.#root(req.model, req.cacheSalt);
-    const perPrompt: Uint32Array[] = [];
+    const perPrompt: PackedHashes[] = [];
     let counts: Map<string, number> | null = null;
     let total = 0;
     for (const seg of fp.segments) {
