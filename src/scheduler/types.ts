@@ -64,6 +64,16 @@ export interface RequestFacts {
   tokenIds?: number[];
 }
 
+const NO_PROMPT: PromptInput = { kind: "completion", prompt: "" };
+
+/**
+ * The facts without the prompt and its token ids: what the gateway keeps of a request while its
+ * response streams, and passes to the response hooks.
+ */
+export function withoutPrompt(facts: RequestFacts): RequestFacts {
+  return { ...facts, prompt: NO_PROMPT, tokenIds: undefined };
+}
+
 /** A typed key into the per-request CycleState. */
 export interface DataKey<T> {
   readonly name: string;
@@ -89,6 +99,8 @@ export interface CycleState {
   readonly rng: Rng;
   /** All candidates handed to schedule(), before any filter. */
   readonly candidates: readonly EndpointState[];
+  /** Position of an endpoint in `candidates` (first match by id), or −1; no scan per call. */
+  candidateIndexOf(endpointId: string): number;
   get<T>(key: DataKey<T>): T | undefined;
   set<T>(key: DataKey<T>, value: T): void;
   /** Computes a value once per request and caches it under `key`. */
@@ -149,6 +161,10 @@ export interface PreRequestHook extends Plugin {
   preRequest(cycle: CycleState, result: ScheduleResult, now: number): void;
 }
 
+/**
+ * Response events. `req` is the picked request's facts; the gateway passes them without the prompt
+ * (an empty completion prompt, no token ids), which it does not keep while a response streams.
+ */
 export interface ResponseHooks extends Plugin {
   /** First response chunk seen from `endpointId` (the endpoint that actually served). */
   onResponseStarted?(req: RequestFacts, endpointId: string, now: number): void;

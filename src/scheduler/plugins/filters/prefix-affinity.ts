@@ -88,14 +88,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     const n = endpoints.length;
     if (this.#isSticky.length < n) this.#isSticky = new Uint8Array(n * 2);
     const isSticky = this.#isSticky;
-    const sticky: EndpointState[] = [];
-    const ids = this.#stickyIds(info, p.affinityThreshold);
-    for (let i = 0; i < n; i++) {
-      const id = endpoints[i].id;
-      const yes = ids !== null ? ids.includes(id) : matchRatio(info, id) >= p.affinityThreshold;
-      isSticky[i] = yes ? 1 : 0;
-      if (yes) sticky.push(endpoints[i]);
-    }
+    const sticky = this.#markSticky(cycle, info, endpoints, isSticky);
     if (sticky.length === 0) return this.#done("no-match", endpoints);
     if (this.#inflight !== null && sticky.length < n) {
       const load = cycle.get(this.#inflight);
@@ -122,15 +115,51 @@ export class PrefixCacheAffinityFilter implements Filter {
   }
 
   /**
-   * Ids of the endpoints at or above the threshold, from the producer's matched endpoints (no
-   * per-candidate lookup); null when the producer does not list them or lists many.
+   * The sticky endpoints (matchBlocks/totalBlocks ≥ threshold), in candidate order, with
+   * isSticky[i] set for each. When the producer lists its matched endpoints and `endpoints` is the
+   * cycle's candidate list, only those few are looked up (by position); otherwise every endpoint
+   * is checked.
    */
-  #stickyIds(info: PrefixMatchInfo, threshold: number): string[] | null {
+  #markSticky(
+    cycle: CycleState,
+    info: PrefixMatchInfo,
+    endpoints: readonly EndpointState[],
+    isSticky: Uint8Array,
+  ): EndpointState[] {
+    const threshold = this.params.affinityThreshold;
+    const n = endpoints.length;
+    isSticky.fill(0, 0, n);
     const matched = info.matches?.();
-    if (matched === undefined || matched.size > 32) return null;
-    const ids: string[] = [];
-    for (const [id, blocks] of matched) if (blocks / info.totalBlocks >= threshold) ids.push(id);
-    return ids;
+    const sticky: EndpointState[] = [];
+    if (matched !== undefined && matched.size <= 32) {
+      const ids: string[] = [];
+      for (const [id, blocks] of matched) if (blocks / info.totalBlocks >= threshold) ids.push(id);
+      if (endpoints === cycle.candidates) {
+        const at: number[] = [];
+        for (const id of ids) {
+          const i = cycle.candidateIndexOf(id);
+          if (i >= 0 && isSticky[i] === 0) {
+            isSticky[i] = 1;
+            at.push(i);
+          }
+        }
+        at.sort((a, b) => a - b);
+        for (const i of at) sticky.push(endpoints[i]);
+        return sticky;
+      }
+      for (let i = 0; i < n; i++) {
+        if (!ids.includes(endpoints[i].id)) continue;
+        isSticky[i] = 1;
+        sticky.push(endpoints[i]);
+      }
+      return sticky;
+    }
+    for (let i = 0; i < n; i++) {
+      if (matchRatio(info, endpoints[i].id) < threshold) continue;
+      isSticky[i] = 1;
+      sticky.push(endpoints[i]);
+    }
+    return sticky;
   }
 
   #done(d: AffinityDecision, eps: readonly EndpointState[]): readonly EndpointState[] {
