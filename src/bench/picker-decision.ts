@@ -7,6 +7,7 @@
  */
 import { createRng, type Rng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
+import { withoutPrompt } from "../scheduler/types.ts";
 
 /** The scheduler surface the bench drives (structural, so an older copy can be timed too). */
 export interface BenchScheduler {
@@ -259,7 +260,7 @@ export function runDecisions(
     const req = workload.materialize(warmupReqs[i]);
     const r = scheduler.schedule(req, endpoints, now);
     scheduler.onPicked(req, r, now);
-    if (r.target !== null) inflight.push({ req, id: r.target.id });
+    if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
     retire();
   }
   const before = prefixStats(scheduler);
@@ -291,7 +292,8 @@ export function runDecisions(
     tMin[i] = best;
     if (r.target !== null) {
       targeted++;
-      inflight.push({ req, id: r.target.id });
+      // What the gateway keeps of a request in flight (server.ts): the facts without the prompt.
+      inflight.push({ req: withoutPrompt(req), id: r.target.id });
     }
     retire();
   }

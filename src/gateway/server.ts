@@ -9,7 +9,8 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
-import type { EndpointState, RequestFacts } from "../scheduler/types.ts";
+import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
+import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
 import { forwardRequestHeaders, headerValue } from "./headers.ts";
@@ -156,7 +157,7 @@ async function proxyRequest(
     if (!res.writableFinished) ac.abort(new Error("client disconnected"));
   });
 
-  let p: Prepared;
+  let p: Prepared | null;
   let body: Buffer;
   try {
     body = await readBody(req, gw.opts.maxBodyBytes);
@@ -167,7 +168,9 @@ async function proxyRequest(
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(err, err.status === 404 ? "not-found" : err.status === 503 ? "rejected" : "bad-request");
   }
-  const { facts, routing, now } = p;
+  const { routing, now } = p;
+  let facts = p.facts;
+  const candidates = p.candidates;
   const m = gw.metrics;
   const labels = m.labels(facts.model, facts.priority);
   m.requestTotal.inc(labels);
@@ -177,12 +180,12 @@ async function proxyRequest(
     reject(err, outcome);
   };
 
-  const adm = routing.admission.admit(facts, p.candidates, now);
+  const adm = routing.admission.admit(facts, candidates, now);
   if (!adm.admitted) return fail(new GatewayError(429, adm.message, { reason: adm.reason }), "rejected");
 
   const before = prefixCounters(routing);
   const ts = performance.now();
-  const result = routing.scheduler.schedule(facts, p.candidates, now);
+  let result: ScheduleResult | null = routing.scheduler.schedule(facts, candidates, now);
   m.schedulerE2e.observe((performance.now() - ts) / 1000);
   if (result.failure || !result.target) {
     const f = result.failure ?? {
@@ -214,11 +217,18 @@ async function proxyRequest(
   const targets = [target.id];
   for (const f of result.profiles[result.primaryProfile]?.fallbacks ?? [])
     if (!targets.includes(f.id)) targets.push(f.id);
+  const prefill = result.profiles.prefill?.target;
+  const prefillHost = prefill && result.primaryProfile !== "prefill" ? prefill.id : null;
+  // Failover resends the body bytes; nothing after this point needs the parsed prompt, so it is
+  // not kept alive for the whole response (tens of KB of strings per request in flight, which
+  // every young-generation GC would otherwise copy: bench:picker's decision tail).
+  facts = withoutPrompt(facts);
+  result = null;
+  p = null;
   const headers = forwardRequestHeaders(req.headers);
   if (!headers["x-request-id"]) headers["x-request-id"] = randomUUID();
   headers["content-length"] = String(body.length);
-  const prefill = result.profiles.prefill?.target;
-  if (prefill && result.primaryProfile !== "prefill") headers["x-prefiller-host-port"] = prefill.id;
+  if (prefillHost !== null) headers["x-prefiller-host-port"] = prefillHost;
 
   m.requestRunning.inc(labels);
   let served: string | null = null;
