@@ -162,6 +162,44 @@ describe("packed prefix index at scale", () => {
   });
 });
 
+describe("packed prefix index with many holders per block", () => {
+  it("matches the reference while blocks gain and lose dozens of holders (pool chunks grow, shrink, are reused)", () => {
+    const rng = createRng(11);
+    const ix = new ApproxPrefixIndex();
+    const ref = new ReferenceIndex();
+    // A few short chains shared by up to 48 endpoints: popular blocks get 20-48 holders.
+    const chains = Array.from({ length: 6 }, () => Array.from({ length: 12 }, () => random64(rng)));
+    const ids = Array.from({ length: 48 }, (_, i) => `h${i}`);
+    for (let step = 0; step < 4000; step++) {
+      const r = rng.next();
+      if (r < 0.6) {
+        const c = chains[rng.int(chains.length)];
+        const hashes = c.slice(0, 1 + rng.int(c.length));
+        const id = ids[rng.int(ids.length)];
+        const cap = 1 + rng.int(30);
+        ix.addPacked(id, packHashes(hashes), cap);
+        ref.add(id, hashes, cap);
+      } else if (r < 0.97) {
+        const probe = chains[rng.int(chains.length)];
+        const got = ix.matchPacked(packHashes(probe));
+        const want = ref.match(probe);
+        assert.equal(got.depth, want.depth, `step ${step}`);
+        assert.deepEqual(Object.fromEntries(got.counts), Object.fromEntries(want.counts), `step ${step}`);
+      } else {
+        const keep = new Set(ids.filter(() => rng.next() < 0.8));
+        ix.retain(keep);
+        ref.retain(keep);
+      }
+      assert.equal(ix.size, ref.size, `step ${step}`);
+      assert.equal(ix.distinctBlocks, ref.distinct, `step ${step}`);
+    }
+    for (const id of ids) assert.equal(ix.blocksOf(id), ref.lrus.get(id)?.size ?? 0, id);
+    // Holders of each chain's first block at the end: the pool's larger chunk classes were used.
+    const most = Math.max(...chains.map((c) => ref.match(c.slice(0, 1)).counts.size));
+    assert.ok(most >= 12, `the most-held block has ${most} holders`);
+  });
+});
+
 /** The straightforward index: bigint keys, one LRU Map per endpoint, holder sets per block. */
 class ReferenceIndex {
   readonly lrus = new Map<string, Map<bigint, true>>();

@@ -1,7 +1,8 @@
 /**
- * The approximate prefix index: which endpoints were sent which prefix blocks. One LRU per
- * endpoint (a Map in insertion order: O(1) touch, insert and evict) plus, per block, the slots of
- * the endpoints holding it. Endpoints get small integer slots so matching counts into a typed array.
+ * The approximate prefix index: which endpoints were sent which prefix blocks. One LRU list per
+ * endpoint (O(1) touch, insert and evict) plus, per block, the slots of the endpoints holding it,
+ * all in typed arrays (block-arena.ts). Endpoints get small integer slots so matching counts into a
+ * typed array.
  *
  * Hot-path layout (the match walk is bound by cache misses, ~100 ns each): a block hash travels as
  * two 32-bit halves (lo, hi) packed in a plain array (PackedHashes, the little-endian layout of uint64s), never
@@ -14,11 +15,10 @@
  */
 
 import type { PackedHashes } from "../../hash.ts";
+import { Blocks, Entries, type LruList, NONE } from "./block-arena.ts";
 
-interface EndpointEntry {
+interface EndpointEntry extends LruList {
   slot: number;
-  /** Block ids, least recently used first. */
-  lru: Map<number, true>;
 }
 
 /** Per-endpoint matched block counts of one lookup, snapshotted (safe after later index edits). */
@@ -29,7 +29,6 @@ export interface PrefixMatch {
 }
 
 const KEY_MASK = 0x3fffffff;
-const NONE = -1;
 
 /** bigint hashes → PackedHashes (int32 halves). */
 export function packHashes(hashes: readonly bigint[]): number[] {
@@ -42,114 +41,12 @@ export function packHashes(hashes: readonly bigint[]): number[] {
   return out;
 }
 
-/** Fields of a block's record in the arena (int32 each, STRIDE per block). */
-const LO = 0;
-const HI = 1;
-const NEXT = 2;
-const SUCC = 3;
-const COUNT = 4;
-const S0 = 5;
-const S1 = 6;
-const LIVE = 7;
-/** 32 bytes: two block records per 64-byte cache line. */
-const STRIDE = 8;
-
-/**
- * The block arena: one Int32Array of fixed-size records, so everything a match walk reads about a
- * block (hash, successor hint, holder count, first two holders) is in one cache line, and a chain's
- * blocks, allocated together, are adjacent: a cold walk costs one miss per two blocks instead of
- * one per field. Block b's record starts at b·STRIDE: its hash (LO, HI); NEXT, the next block in
- * its table bucket; SUCC, the successor hint; COUNT holders kept in arrival order with
- * swap-remove, the first two in S0 and S1 (most blocks have one or two), the rest in more[b]; LIVE.
- */
-class Blocks {
-  m = new Int32Array(1024 * STRIDE);
-  more: (number[] | null)[] = [];
-  #used = 0;
-  #free: number[] = [];
-
-  alloc(lo: number, hi: number): number {
-    let b = this.#free.pop();
-    if (b === undefined) {
-      if ((this.#used + 1) * STRIDE > this.m.length) this.#grow();
-      b = this.#used++;
-    }
-    const m = this.m;
-    const o = b * STRIDE;
-    m[o + LO] = lo;
-    m[o + HI] = hi;
-    m[o + NEXT] = NONE;
-    m[o + SUCC] = NONE;
-    m[o + COUNT] = 0;
-    m[o + LIVE] = 1;
-    this.more[b] = null;
-    return b;
-  }
-
-  release(b: number): void {
-    const o = b * STRIDE;
-    this.m[o + LIVE] = 0;
-    this.m[o + SUCC] = NONE;
-    this.m[o + NEXT] = NONE;
-    this.more[b] = null;
-    this.#free.push(b);
-  }
-
-  get(b: number, field: number): number {
-    return this.m[b * STRIDE + field];
-  }
-
-  set(b: number, field: number, v: number): void {
-    this.m[b * STRIDE + field] = v;
-  }
-
-  holder(b: number, k: number): number {
-    return k < 2 ? this.m[b * STRIDE + S0 + k] : (this.more[b] as number[])[k - 2];
-  }
-
-  #setHolder(b: number, k: number, slot: number): void {
-    if (k < 2) this.m[b * STRIDE + S0 + k] = slot;
-    else (this.more[b] as number[])[k - 2] = slot;
-  }
-
-  push(b: number, slot: number): void {
-    const o = b * STRIDE;
-    const k = this.m[o + COUNT];
-    if (k < 2) this.m[o + S0 + k] = slot;
-    else if (k === 2) this.more[b] = [slot];
-    else (this.more[b] as number[]).push(slot);
-    this.m[o + COUNT] = k + 1;
-  }
-
-  /** Removes holder `slot` (swapping the last holder into its place); false if it was none. */
-  remove(b: number, slot: number): boolean {
-    const n = this.m[b * STRIDE + COUNT];
-    let k = 0;
-    while (k < n && this.holder(b, k) !== slot) k++;
-    if (k === n) return false;
-    const last = n - 1;
-    this.#setHolder(b, k, this.holder(b, last));
-    if (last >= 2) {
-      const more = this.more[b] as number[];
-      more.pop();
-      if (more.length === 0) this.more[b] = null;
-    }
-    this.m[b * STRIDE + COUNT] = last;
-    return true;
-  }
-
-  #grow(): void {
-    const out = new Int32Array(this.m.length * 2);
-    out.set(this.m);
-    this.m = out;
-  }
-}
-
 export class ApproxPrefixIndex {
   readonly #endpoints = new Map<string, EndpointEntry>();
   /** Low 30 bits of a hash → first block of that bucket. */
   readonly #table = new Map<number, number>();
   readonly #b = new Blocks();
+  readonly #lru = new Entries();
   readonly #slotIds: (string | null)[] = [];
   readonly #freeSlots: number[] = [];
   #scratch = new Int32Array(64);
@@ -167,13 +64,13 @@ export class ApproxPrefixIndex {
     this.addPacked(endpointId, packHashes(hashes), capacity);
   }
 
-  /** add() for hashes packed as (lo, hi) uint32 pairs. */
+  /** add() for PackedHashes. */
   addPacked(endpointId: string, packed: PackedHashes, capacity: number): void {
     const n = packed.length >>> 1;
     if (capacity <= 0 || n === 0) return;
     const e = this.#entry(endpointId);
-    const lru = e.lru;
     const B = this.#b;
+    const L = this.#lru;
     const resolved = this.#resolve(packed, n);
     let after = NONE;
     for (let i = n - 1; i >= 0; i--) {
@@ -185,22 +82,22 @@ export class ApproxPrefixIndex {
         b = this.#find(lo, hi);
         if (b === NONE) b = this.#insert(lo, hi);
       }
-      if (after !== NONE) B.set(b, SUCC, after);
+      if (after !== NONE) B.setSucc(b, after);
       after = b;
-      if (lru.has(b)) {
-        lru.delete(b);
-        lru.set(b, true);
+      const x = B.entryOf(b, e.slot);
+      if (x !== NONE) {
+        L.touch(e, x);
         continue;
       }
-      lru.set(b, true);
+      B.push(b, e.slot, L.add(e, b));
       this.#entries++;
-      B.push(b, e.slot);
     }
-    while (lru.size > capacity) {
-      const oldest = lru.keys().next().value as number;
-      lru.delete(oldest);
+    while (e.size > capacity) {
+      const oldest = e.head;
+      const b = L.block(oldest);
+      L.delete(e, oldest);
       this.#entries--;
-      this.#dropHolder(oldest, e.slot);
+      this.#dropHolder(b, e.slot);
     }
   }
 
@@ -212,7 +109,7 @@ export class ApproxPrefixIndex {
     return this.matchPacked(packHashes(hashes));
   }
 
-  /** match() for hashes packed as (lo, hi) uint32 pairs. */
+  /** match() for PackedHashes. */
   matchPacked(packed: PackedHashes): PrefixMatch {
     const slots = this.#slotIds.length;
     if (this.#scratch.length < slots) {
@@ -229,24 +126,7 @@ export class ApproxPrefixIndex {
     for (; depth < n; depth++) {
       const b = this.#next(prev, packed[2 * depth] | 0, packed[2 * depth + 1] | 0);
       if (b === NONE) break;
-      const o = b * STRIDE;
-      const m = B.m;
-      const h = m[o + COUNT];
-      if (h > 0) {
-        const s = m[o + S0];
-        if (counts[s]++ === 0) touched[nTouched++] = s;
-      }
-      if (h > 1) {
-        const s = m[o + S1];
-        if (counts[s]++ === 0) touched[nTouched++] = s;
-      }
-      if (h > 2) {
-        const more = B.more[b] as number[];
-        for (let j = 0; j < more.length; j++) {
-          const s = more[j];
-          if (counts[s]++ === 0) touched[nTouched++] = s;
-        }
-      }
+      nTouched = B.countHolders(b, counts, touched, nTouched);
       prev = b;
     }
     const out = new Map<string, number>();
@@ -261,8 +141,14 @@ export class ApproxPrefixIndex {
   remove(endpointId: string): void {
     const e = this.#endpoints.get(endpointId);
     if (e === undefined) return;
-    for (const b of e.lru.keys()) this.#dropHolder(b, e.slot);
-    this.#entries -= e.lru.size;
+    const L = this.#lru;
+    while (e.head !== NONE) {
+      const x = e.head;
+      const b = L.block(x);
+      L.delete(e, x);
+      this.#entries--;
+      this.#dropHolder(b, e.slot);
+    }
     this.#endpoints.delete(endpointId);
     this.#slotIds[e.slot] = null;
     this.#freeSlots.push(e.slot);
@@ -288,7 +174,7 @@ export class ApproxPrefixIndex {
   }
 
   blocksOf(endpointId: string): number {
-    return this.#endpoints.get(endpointId)?.lru.size ?? 0;
+    return this.#endpoints.get(endpointId)?.size ?? 0;
   }
 
   #entry(endpointId: string): EndpointEntry {
@@ -296,7 +182,7 @@ export class ApproxPrefixIndex {
     if (e === undefined) {
       const slot = this.#freeSlots.pop() ?? this.#slotIds.length;
       this.#slotIds[slot] = endpointId;
-      e = { slot, lru: new Map() };
+      e = { slot, head: NONE, tail: NONE, size: 0 };
       this.#endpoints.set(endpointId, e);
     }
     return e;
@@ -319,24 +205,16 @@ export class ApproxPrefixIndex {
   #next(prev: number, lo: number, hi: number): number {
     const B = this.#b;
     if (prev !== NONE) {
-      const m = B.m;
-      const s = m[prev * STRIDE + SUCC];
-      if (s !== NONE) {
-        const o = s * STRIDE;
-        if (m[o + LO] === lo && m[o + HI] === hi && m[o + LIVE] === 1) return s;
-      }
+      const s = B.successor(prev, lo, hi);
+      if (s !== NONE) return s;
     }
     const b = this.#find(lo, hi);
-    if (prev !== NONE && b !== NONE) B.set(prev, SUCC, b);
+    if (prev !== NONE && b !== NONE) B.setSucc(prev, b);
     return b;
   }
 
   #find(lo: number, hi: number): number {
-    const B = this.#b;
-    const m = B.m;
-    let b = this.#table.get(lo & KEY_MASK) ?? NONE;
-    while (b !== NONE && (m[b * STRIDE + LO] !== lo || m[b * STRIDE + HI] !== hi)) b = m[b * STRIDE + NEXT];
-    return b;
+    return this.#b.findInBucket(this.#table.get(lo & KEY_MASK) ?? NONE, lo, hi);
   }
 
   #insert(lo: number, hi: number): number {
@@ -346,8 +224,8 @@ export class ApproxPrefixIndex {
     const head = this.#table.get(key);
     if (head === undefined) this.#table.set(key, b);
     else {
-      B.set(b, NEXT, B.get(head, NEXT));
-      B.set(head, NEXT, b);
+      B.setNext(b, B.next(head));
+      B.setNext(head, b);
     }
     this.#distinct++;
     return b;
@@ -355,21 +233,21 @@ export class ApproxPrefixIndex {
 
   #dropHolder(b: number, slot: number): void {
     const B = this.#b;
-    if (B.remove(b, slot) && B.get(b, COUNT) === 0) this.#unlink(b);
+    if (B.remove(b, slot) && B.count(b) === 0) this.#unlink(b);
   }
 
   #unlink(b: number): void {
     const B = this.#b;
-    const key = B.get(b, LO) & KEY_MASK;
+    const key = B.lo(b) & KEY_MASK;
     const head = this.#table.get(key) as number;
-    const next = B.get(b, NEXT);
+    const next = B.next(b);
     if (head === b) {
       if (next === NONE) this.#table.delete(key);
       else this.#table.set(key, next);
     } else {
       let p = head;
-      while (B.get(p, NEXT) !== b) p = B.get(p, NEXT);
-      B.set(p, NEXT, next);
+      while (B.next(p) !== b) p = B.next(p);
+      B.setNext(p, next);
     }
     B.release(b);
     this.#distinct--;
