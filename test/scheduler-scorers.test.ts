@@ -117,6 +117,20 @@ describe("prefix-cache-scorer", () => {
   it("scores 0 without match info", () => {
     assert.deepEqual(scores(new PrefixCacheScorer("s", prefixScorerParams.parse({}), "p")), [0, 0, 0]);
   });
+  it("scores the cycle's own candidates from the match list alike (matched endpoints outside them ignored)", () => {
+    const s = new PrefixCacheScorer(
+      "s",
+      prefixScorerParams.parse({ matchLengthWeight: 0.5, matchLengthScaleTokens: 512 }),
+      "p",
+    );
+    const eps = [c, b, a];
+    for (let round = 0; round < 2; round++) {
+      const x = cycleFor(completion("r", "p"), eps);
+      x.set(prefixKey("p"), prefixInfo(4, 64, { "a:1": 4, "b:1": 1, "z:9": 3 }));
+      assert.deepEqual(Array.from(s.score(x, x.candidates)), [0, 0.1328125, 0.625]);
+      assert.deepEqual(Array.from(s.score(x, [c, b, a])), [0, 0.1328125, 0.625]);
+    }
+  });
 });
 
 describe("in-flight scorers", () => {

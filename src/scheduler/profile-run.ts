@@ -4,6 +4,7 @@
  * and the explanation need; per-scorer raw scores are kept only when explaining.
  */
 import type { CompiledProfile } from "./scheduler.ts";
+import { zeroedScores } from "./scores.ts";
 import type {
   CandidateExplanation,
   CycleState,
@@ -51,11 +52,11 @@ export class ProfileRun implements ProfileResult {
     }
     this.#eps = eps;
     const n = eps.length;
-    const totals = new Float64Array(n);
+    const totals = zeroedScores(n);
     if (n > 0) {
       for (const { scorer, weight } of profile.scorers) {
         const s = scorer.score(cycle, eps);
-        const kept = this.#raw !== null ? new Float64Array(n) : null;
+        const kept = this.#raw !== null ? zeroedScores(n) : null;
         for (let i = 0; i < n; i++) {
           const v = s[i];
           const c = v > 0 ? Math.min(v, 1) : 0;

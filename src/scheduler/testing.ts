@@ -79,5 +79,6 @@ export function prefixInfo(
     promptTokens: total * blockSizeTokens,
     anyMatch: Object.values(matches).some((m) => m > 0),
     matchBlocks: (id) => matches[id] ?? 0,
+    matches: () => new Map(Object.entries(matches).filter(([, m]) => m > 0)),
   };
 }

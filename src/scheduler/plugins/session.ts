@@ -10,6 +10,7 @@
  */
 import { z } from "zod";
 import { spec } from "../plugin-spec.ts";
+import { zeroedScores } from "../scores.ts";
 import type {
   CycleState,
   EndpointState,
@@ -157,7 +158,7 @@ export class SessionAffinityScorer extends SessionAffinity implements Scorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     if (endpoints.length === 0) return out;
     let i = this.boundIndex(cycle, endpoints);
     if (i < 0 && this.bySessionId) i = this.leastBoundIndex(endpoints);

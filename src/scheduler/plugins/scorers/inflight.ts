@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
+import { zeroedScores } from "../../scores.ts";
 import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
@@ -58,7 +59,7 @@ export class ActiveRequestScorer extends InflightScorer {
     const counts = endpoints.map((e) => info.requests(e.id));
     let max = 0;
     for (const c of counts) if (c > max) max = c;
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     for (let i = 0; i < counts.length; i++) {
       const c = counts[i];
       out[i] = c <= this.params.idleThreshold ? 1 : ((max - c) / max) * this.params.maxBusyScore;
@@ -83,7 +84,7 @@ export class TokenLoadScorer extends InflightScorer {
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const info = this.info(cycle);
     const threshold = this.params.queueThresholdTokens;
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const id = endpoints[i].id;
       const tokens = info.tokens(id) + info.uncachedRequestTokens(id);
@@ -102,7 +103,7 @@ export class LeastRequestScorer extends InflightScorer {
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const info = this.info(cycle);
-    const raw = new Float64Array(endpoints.length);
+    const raw = zeroedScores(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) raw[i] = info.requests(endpoints[i].id);
     return minMaxLowerIsBetter(raw);
   }

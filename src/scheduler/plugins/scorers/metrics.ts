@@ -8,6 +8,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
+import { zeroedScores } from "../../scores.ts";
 import type {
   CycleState,
   EndpointMetrics,
@@ -19,7 +20,7 @@ import type {
 
 /** Min-max normalisation, lower raw value = better. NaN marks "no metrics" (scores 0). */
 export function minMaxLowerIsBetter(values: Float64Array): Float64Array {
-  const out = new Float64Array(values.length);
+  const out = zeroedScores(values.length);
   let min = Number.POSITIVE_INFINITY;
   let max = Number.NEGATIVE_INFINITY;
   for (const v of values) {
@@ -49,7 +50,7 @@ class MinMaxMetricScorer implements Scorer {
 
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     // minMaxLowerIsBetter(raw) computed in place: one array instead of two.
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     let min = Number.POSITIVE_INFINITY;
     let max = Number.NEGATIVE_INFINITY;
     for (let i = 0; i < endpoints.length; i++) {
@@ -77,7 +78,7 @@ export class KvCacheUtilizationScorer implements Scorer {
   }
 
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const m = endpoints[i].metrics;
       out[i] = m === null ? 0 : 1 - m.kvCacheUsagePercent;
@@ -100,7 +101,7 @@ export class LoadAwareScorer implements Scorer {
   }
 
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const m = endpoints[i].metrics;
       if (m === null) continue;

@@ -7,6 +7,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
+import { zeroedScores } from "../../scores.ts";
 import type {
   CycleState,
   DataKey,
@@ -47,7 +48,7 @@ export class NoHitLruScorer implements Scorer, PreRequestHook {
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const n = endpoints.length;
-    const out = new Float64Array(n);
+    const out = zeroedScores(n);
     const info = cycle.get(this.#key);
     if (info?.anyMatch) return out.fill(0.5);
     if (n === 1) return out.fill(1);

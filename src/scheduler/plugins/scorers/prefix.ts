@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
+import { zeroedScores } from "../../scores.ts";
 import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
 import type { PrefixMatchInfo } from "../data.ts";
 import { prefixKey } from "../data.ts";
@@ -38,22 +39,29 @@ export class PrefixCacheScorer implements Scorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = new Float64Array(endpoints.length);
+    const out = zeroedScores(endpoints.length);
     const info = cycle.get(this.#key);
     if (info === undefined || info.totalBlocks <= 0) return out;
-    const w = this.params.matchLengthWeight;
-    const scale = this.params.matchLengthScaleTokens;
-    for (let i = 0; i < endpoints.length; i++) {
-      const m = info.matchBlocks(endpoints[i].id);
-      const ratio = m / info.totalBlocks;
-      if (w === 0) {
-        out[i] = ratio;
-        continue;
+    // Endpoints without a match score 0, so when the producer lists its matches and these are the
+    // cycle's candidates, only the matched ones are looked up (by position, no per-candidate scan).
+    const matched = info.matches?.();
+    if (matched !== undefined && endpoints === cycle.candidates) {
+      for (const [id, m] of matched) {
+        const i = cycle.candidateIndexOf(id);
+        if (i >= 0) out[i] = this.#score(m, info);
       }
-      const len = Math.min(1, (m * info.blockSizeTokens) / scale);
-      out[i] = w * len * len + (1 - w) * ratio;
+      return out;
     }
+    for (let i = 0; i < endpoints.length; i++) out[i] = this.#score(info.matchBlocks(endpoints[i].id), info);
     return out;
+  }
+
+  #score(m: number, info: PrefixMatchInfo): number {
+    const ratio = m / info.totalBlocks;
+    const w = this.params.matchLengthWeight;
+    if (w === 0) return ratio;
+    const len = Math.min(1, (m * info.blockSizeTokens) / this.params.matchLengthScaleTokens);
+    return w * len * len + (1 - w) * ratio;
   }
 }
 
