@@ -13,6 +13,7 @@ import type { CycleState, PromptInput, RequestFacts } from "../../types.ts";
 import { dataKey } from "../../types.ts";
 import type { ChainCache } from "./chain-cache.ts";
 import { packHashes } from "./indexer.ts";
+import { writeUtf8 } from "./utf8.ts";
 
 /** Bytes per pseudo-token (llm-d averageCharactersPerToken). */
 export const BYTES_PER_TOKEN = 4;
@@ -161,8 +162,8 @@ class ByteWriter {
     if (s.length === 0) return;
     this.#reserve(s.length * 3);
     const buf = this.#buf;
-    // Short ASCII strings (chat roles) are copied directly: encodeInto() would allocate a view and
-    // a result object per call. Same bytes: ASCII is its own UTF-8.
+    // Short ASCII strings (chat roles) are copied directly, cheaper than a call into the encoder.
+    // Same bytes: ASCII is its own UTF-8.
     if (s.length <= SHORT_TEXT) {
       const at = this.#len;
       let i = 0;
@@ -176,7 +177,7 @@ class ByteWriter {
         return;
       }
     }
-    this.#len += encoder.encodeInto(s, buf.subarray(this.#len)).written;
+    this.#len += writeUtf8(buf, this.#len, s);
   }
 
   placeholders(part: Record<string, unknown>, hasher: Hasher | null): void {
