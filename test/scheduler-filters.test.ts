@@ -99,6 +99,22 @@ describe("role filters (llm-d.ai/role)", () => {
   it("prefill-filter keeps prefill-capable endpoints only", () => {
     assert.deepEqual(run(prefillFilterSpec.factory("p", {}, handle) as Filter), ["e0:1", "e2:1", "e3:1"]);
   });
+  it("answers an unchanged pool with the same array, and follows endpoint and label changes", () => {
+    const f = prefillFilterSpec.factory("p", {}, handle) as Filter;
+    const pool = roles.map((r, i) => endpoint(`e${i}:1`, {}, r === undefined ? {} : { "llm-d.ai/role": r }));
+    const cyc = cycleFor(completion("r", "p"), pool);
+    const first = f.filter(cyc, pool);
+    assert.equal(f.filter(cyc, [...pool]), first, "a fresh array of the same endpoints");
+    pool[1].labels = { "llm-d.ai/role": "prefill" }; // the datastore replaces labels objects
+    assert.deepEqual(ids(f.filter(cyc, [...pool])), ["e0:1", "e1:1", "e2:1", "e3:1"]);
+    assert.deepEqual(ids(f.filter(cyc, pool.slice(2))), ["e2:1", "e3:1"]);
+    assert.deepEqual(ids(f.filter(cyc, [pool[0], pool[2], pool[1], pool[3], pool[4], pool[5]])), [
+      "e0:1",
+      "e2:1",
+      "e1:1",
+      "e3:1",
+    ]);
+  });
 });
 
 describe("label-selector-filter", () => {

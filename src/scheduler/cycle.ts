@@ -1,12 +1,19 @@
 /** The per-request CycleState: typed scratch shared by producers and scheduling plugins. */
-import { CandidateIndex } from "./candidate-index.ts";
+import { IndexCache } from "./candidate-index.ts";
 import type { Rng } from "./rng.ts";
-import type { CycleState, DataKey, EndpointState, ProfileResult, RequestFacts } from "./types.ts";
+import type {
+  CycleState,
+  DataKey,
+  EndpointPositions,
+  EndpointState,
+  ProfileResult,
+  RequestFacts,
+} from "./types.ts";
 
 export class Cycle implements CycleState {
   readonly #data = new Map<string, unknown>();
   readonly profileResults = new Map<string, ProfileResult>();
-  readonly #index: CandidateIndex;
+  readonly #indexes: IndexCache;
   #prepared = false;
 
   constructor(
@@ -14,18 +21,20 @@ export class Cycle implements CycleState {
     readonly candidates: readonly EndpointState[],
     readonly now: number,
     readonly rng: Rng,
-    /** Shared across cycles by the scheduler, so an unchanged candidate list is not re-indexed. */
-    index: CandidateIndex = new CandidateIndex(),
+    /** Shared across cycles by the scheduler, so unchanged endpoint lists are not re-indexed. */
+    indexes: IndexCache = new IndexCache(),
   ) {
-    this.#index = index;
+    this.#indexes = indexes;
   }
 
-  candidateIndexOf(endpointId: string): number {
+  positions(endpoints: readonly EndpointState[]): EndpointPositions | null {
+    if (endpoints !== this.candidates) return endpoints.length > 16 ? this.#indexes.of(endpoints) : null;
+    const ix = this.#indexes.candidates;
     if (!this.#prepared) {
-      this.#index.prepare(this.candidates);
+      ix.prepare(endpoints);
       this.#prepared = true;
     }
-    return this.#index.indexOf(endpointId);
+    return ix;
   }
 
   get<T>(key: DataKey<T>): T | undefined {

@@ -4,7 +4,7 @@
  * picker; llm-d scheduler_profile.go, reference §2.3), and reports targets, failover order and,
  * on request, a per-candidate explanation. Hooks after the pick feed the stateful plugins.
  */
-import { CandidateIndex } from "./candidate-index.ts";
+import { IndexCache } from "./candidate-index.ts";
 import type { LoadedConfig } from "./config.ts";
 import { loadConfig } from "./config.ts";
 import { Cycle } from "./cycle.ts";
@@ -70,7 +70,7 @@ export class Scheduler {
   readonly #preRequest: PreRequestHook[];
   readonly #response: ResponseHooks[];
   readonly #handler: ProfileHandler;
-  readonly #candidates = new CandidateIndex();
+  readonly #indexes = new IndexCache();
 
   constructor(config: EffectiveConfig, opts: SchedulerOptions) {
     this.config = config;
@@ -111,7 +111,7 @@ export class Scheduler {
     now: number,
     opts: ScheduleOptions = {},
   ): ScheduleResult {
-    const cycle = new Cycle(req, candidates, now, this.#rng, this.#candidates);
+    const cycle = new Cycle(req, candidates, now, this.#rng, this.#indexes);
     const explain = opts.explain === true;
     for (const p of this.#producers) p.produce(cycle, candidates);
     const run: ProfileRun[] = [];

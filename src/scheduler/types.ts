@@ -92,6 +92,11 @@ export function familyKey<T>(family: DataFamily, producerName: string): DataKey<
   return dataKey<T>(`${family}/${producerName}`);
 }
 
+/** Positions of endpoints in one list, by id (first occurrence); −1 when absent. */
+export interface EndpointPositions {
+  indexOf(endpointId: string): number;
+}
+
 /** Per-request scratch shared by producers and scheduling plugins (llm-d CycleState). */
 export interface CycleState {
   readonly request: RequestFacts;
@@ -99,8 +104,12 @@ export interface CycleState {
   readonly rng: Rng;
   /** All candidates handed to schedule(), before any filter. */
   readonly candidates: readonly EndpointState[];
-  /** Position of an endpoint in `candidates` (first match by id), or −1; no scan per call. */
-  candidateIndexOf(endpointId: string): number;
+  /**
+   * Positions by id in `endpoints` (the candidates or a list derived from them), for plugins that
+   * look up a few known endpoints instead of scanning all; null when no index is kept for that
+   * list (then scan). Indexes persist across requests while lists hold the same objects.
+   */
+  positions(endpoints: readonly EndpointState[]): EndpointPositions | null;
   get<T>(key: DataKey<T>): T | undefined;
   set<T>(key: DataKey<T>, value: T): void;
   /** Computes a value once per request and caches it under `key`. */
@@ -131,7 +140,10 @@ export interface Plugin {
 }
 
 export interface Filter extends Plugin {
-  /** Returns a subset of `endpoints` (same objects). */
+  /**
+   * Returns a subset of `endpoints` (same objects), possibly the same array object as an earlier
+   * call's: nobody mutates a filter's result.
+   */
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[];
 }
 

@@ -8,6 +8,34 @@ import type { CycleState, EndpointState, Filter, TypedName } from "../../types.t
 
 export const ROLE_LABEL = "llm-d.ai/role";
 
+/**
+ * The last input and output of a label filter. A label filter's answer depends only on the
+ * endpoints and their labels objects, so while the pool is unchanged it returns the same array
+ * object: no per-request filtering of every endpoint, and later plugins can keep positions for it
+ * (CycleState.positions). The datastore replaces an endpoint's labels object when labels change.
+ */
+class LastResult {
+  #in: readonly EndpointState[] = [];
+  #labels: Record<string, string>[] = [];
+  #out: readonly EndpointState[] | null = null;
+
+  get(endpoints: readonly EndpointState[], keep: (e: EndpointState) => boolean): readonly EndpointState[] {
+    const n = endpoints.length;
+    const last = this.#in;
+    const labels = this.#labels;
+    if (this.#out !== null && n === last.length) {
+      let i = 0;
+      while (i < n && endpoints[i] === last[i] && endpoints[i].labels === labels[i]) i++;
+      if (i === n) return this.#out;
+    }
+    const out = endpoints.filter(keep);
+    this.#in = endpoints.slice();
+    this.#labels = endpoints.map((e) => e.labels);
+    this.#out = out;
+    return out;
+  }
+}
+
 /** Keeps endpoints whose label value is in `values` (and unlabelled ones if `allowUnlabelled`). */
 export class ByLabelFilter implements Filter {
   readonly typedName: TypedName;
@@ -24,11 +52,14 @@ export class ByLabelFilter implements Filter {
     this.#values = new Set(values);
   }
 
+  readonly #last = new LastResult();
+  readonly #keep = (e: EndpointState): boolean => {
+    const v = e.labels[this.label];
+    return v === undefined ? this.allowUnlabelled : this.#values.has(v);
+  };
+
   filter(_cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
-    return endpoints.filter((e) => {
-      const v = e.labels[this.label];
-      return v === undefined ? this.allowUnlabelled : this.#values.has(v);
-    });
+    return this.#last.get(endpoints, this.#keep);
   }
 }
 
@@ -146,8 +177,11 @@ export class LabelSelectorFilter implements Filter {
     this.typedName = { type: "label-selector-filter", name };
   }
 
+  readonly #last = new LastResult();
+  readonly #keep = (e: EndpointState): boolean => matchesSelector(e.labels, this.selector);
+
   filter(_cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
-    return endpoints.filter((e) => matchesSelector(e.labels, this.selector));
+    return this.#last.get(endpoints, this.#keep);
   }
 }
 

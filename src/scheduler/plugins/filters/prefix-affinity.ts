@@ -116,9 +116,8 @@ export class PrefixCacheAffinityFilter implements Filter {
 
   /**
    * The sticky endpoints (matchBlocks/totalBlocks ≥ threshold), in candidate order, with
-   * isSticky[i] set for each. When the producer lists its matched endpoints and `endpoints` is the
-   * cycle's candidate list, only those few are looked up (by position); otherwise every endpoint
-   * is checked.
+   * isSticky[i] set for each. When the producer lists its matched endpoints and the cycle keeps
+   * positions for `endpoints`, only those few are looked up; otherwise every endpoint is checked.
    */
   #markSticky(
     cycle: CycleState,
@@ -134,10 +133,11 @@ export class PrefixCacheAffinityFilter implements Filter {
     if (matched !== undefined && matched.size <= 32) {
       const ids: string[] = [];
       for (const [id, blocks] of matched) if (blocks / info.totalBlocks >= threshold) ids.push(id);
-      if (endpoints === cycle.candidates) {
+      const positions = cycle.positions(endpoints);
+      if (positions !== null) {
         const at: number[] = [];
         for (const id of ids) {
-          const i = cycle.candidateIndexOf(id);
+          const i = positions.indexOf(id);
           if (i >= 0 && isSticky[i] === 0) {
             isSticky[i] = 1;
             at.push(i);

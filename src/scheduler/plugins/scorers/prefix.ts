@@ -42,12 +42,13 @@ export class PrefixCacheScorer implements Scorer {
     const out = zeroedScores(endpoints.length);
     const info = cycle.get(this.#key);
     if (info === undefined || info.totalBlocks <= 0) return out;
-    // Endpoints without a match score 0, so when the producer lists its matches and these are the
-    // cycle's candidates, only the matched ones are looked up (by position, no per-candidate scan).
+    // Endpoints without a match score 0, so when the producer lists its matches and the cycle keeps
+    // positions for this list, only the matched ones are looked up (no per-candidate scan).
     const matched = info.matches?.();
-    if (matched !== undefined && endpoints === cycle.candidates) {
+    const positions = matched !== undefined ? cycle.positions(endpoints) : null;
+    if (matched !== undefined && positions !== null) {
       for (const [id, m] of matched) {
-        const i = cycle.candidateIndexOf(id);
+        const i = positions.indexOf(id);
         if (i >= 0) out[i] = this.#score(m, info);
       }
       return out;
