@@ -80,6 +80,14 @@ export class Blocks {
     return this.m[b * STRIDE + COUNT];
   }
 
+  /** Whether `b` is a live block with hash (lo, hi) (false past the allocated ids). */
+  is(b: number, lo: number, hi: number): boolean {
+    if (b >= this.#used) return false;
+    const m = this.m;
+    const o = b * STRIDE;
+    return m[o + LO] === lo && m[o + HI] === hi && m[o + COUNT] >= 0;
+  }
+
   /** `prev`'s successor hint if it is live and has hash (lo, hi), else NONE. */
   successor(prev: number, lo: number, hi: number): number {
     const m = this.m;

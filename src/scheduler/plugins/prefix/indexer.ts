@@ -72,16 +72,18 @@ export class ApproxPrefixIndex {
     const B = this.#b;
     const L = this.#lru;
     const resolved = this.#resolve(packed, n);
+    // New blocks are created in chain order, so a chain's blocks get consecutive ids (the match
+    // walk tries b + 1 first). Looked up again: the same hash may occur twice in one chain.
+    for (let i = 0; i < n; i++) {
+      if (resolved[i] !== NONE) continue;
+      const lo = packed[2 * i] | 0;
+      const hi = packed[2 * i + 1] | 0;
+      const b = this.#find(lo, hi);
+      resolved[i] = b !== NONE ? b : this.#insert(lo, hi);
+    }
     let after = NONE;
     for (let i = n - 1; i >= 0; i--) {
-      let b = resolved[i];
-      if (b === NONE) {
-        const lo = packed[2 * i] | 0;
-        const hi = packed[2 * i + 1] | 0;
-        // Looked up again: the same hash may occur twice in one chain.
-        b = this.#find(lo, hi);
-        if (b === NONE) b = this.#insert(lo, hi);
-      }
+      const b = resolved[i];
       if (after !== NONE) B.setSucc(b, after);
       after = b;
       const x = B.entryOf(b, e.slot);
@@ -201,10 +203,15 @@ export class ApproxPrefixIndex {
     return out;
   }
 
-  /** The block (lo, hi), trying `prev`'s successor hint before the table; records the hint. */
+  /**
+   * The block (lo, hi) that follows `prev` in a chain: first `prev + 1` (blocks created together
+   * are consecutive, and this guess depends on no load, so the CPU fetches ahead along a cold
+   * chain), then `prev`'s successor hint, then the table; records the hint.
+   */
   #next(prev: number, lo: number, hi: number): number {
     const B = this.#b;
     if (prev !== NONE) {
+      if (B.is(prev + 1, lo, hi)) return prev + 1;
       const s = B.successor(prev, lo, hi);
       if (s !== NONE) return s;
     }
