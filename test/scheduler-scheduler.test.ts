@@ -90,6 +90,25 @@ describe("schedule", () => {
     assert.equal(cb.total, 2.5);
     assert.equal(scheduler.schedule(completion("r8", "x"), eps, 0).explanation, undefined);
   });
+
+  it("an explanation shows the next pick without changing the scheduler's random sequence", async () => {
+    const config = `${HEAD}plugins:\n- type: random-picker\n`;
+    const pool = Array.from({ length: 50 }, (_, i) => endpoint(`e${i}:1`));
+    const pick = (s: { schedule: typeof scheduler.schedule }, explain: boolean, k: number) =>
+      s.schedule(completion(`r${k}`, "x"), pool, 0, { explain }).target?.id;
+    const { scheduler } = await createScheduler(config, { hasher: h, seed: 9 });
+    const { scheduler: twin } = await createScheduler(config, { hasher: h, seed: 9 });
+    const picks = new Set<string | undefined>();
+    for (let k = 0; k < 20; k++) {
+      const shown = pick(scheduler, true, k);
+      assert.equal(pick(scheduler, true, k), shown, "explaining twice shows the same pick");
+      const real = pick(scheduler, false, k);
+      assert.equal(real, shown, "the real pick is the one explained");
+      assert.equal(pick(twin, false, k), real, "same sequence as a scheduler never asked to explain");
+      picks.add(real);
+    }
+    assert.ok(picks.size > 5, "the picks are random, not constant");
+  });
 });
 
 describe("in-flight lifecycle", () => {

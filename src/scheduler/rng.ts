@@ -28,9 +28,16 @@ export class Mulberry32 implements Rng {
   int(n: number): number {
     return Math.floor(this.next() * n);
   }
+
+  /** An independent generator at this one's current state (draws from it leave this one as is). */
+  clone(): Mulberry32 {
+    const c = new Mulberry32(0);
+    c.#state = this.#state;
+    return c;
+  }
 }
 
-export function createRng(seed: number): Rng {
+export function createRng(seed: number): Mulberry32 {
   return new Mulberry32(seed);
 }
 

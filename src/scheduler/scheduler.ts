@@ -16,7 +16,7 @@ import type { PluginHandle } from "./plugin-spec.ts";
 import { ProfileRun } from "./profile-run.ts";
 import type { PluginRegistry } from "./registry.ts";
 import { builtinRegistry } from "./registry.ts";
-import type { Rng } from "./rng.ts";
+import type { Mulberry32 } from "./rng.ts";
 import { createRng } from "./rng.ts";
 import type {
   DataProducer,
@@ -65,7 +65,7 @@ export class Scheduler {
   readonly config: EffectiveConfig;
   readonly plugins: ReadonlyMap<string, Plugin>;
   readonly profiles: ReadonlyMap<string, CompiledProfile>;
-  readonly #rng: Rng;
+  readonly #rng: Mulberry32;
   readonly #producers: DataProducer[];
   readonly #preRequest: PreRequestHook[];
   readonly #response: ResponseHooks[];
@@ -111,8 +111,11 @@ export class Scheduler {
     now: number,
     opts: ScheduleOptions = {},
   ): ScheduleResult {
-    const cycle = new Cycle(req, candidates, now, this.#rng, this.#indexes);
     const explain = opts.explain === true;
+    // An explanation draws from a copy of the RNG: it shows the pick the next identical request
+    // would get, and leaves the scheduler's own sequence (and so later picks) unchanged.
+    const rng = explain ? this.#rng.clone() : this.#rng;
+    const cycle = new Cycle(req, candidates, now, rng, this.#indexes);
     for (const p of this.#producers) p.produce(cycle, candidates);
     const run: ProfileRun[] = [];
     for (let round = 0; round <= this.profiles.size; round++) {

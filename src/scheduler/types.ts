@@ -264,6 +264,10 @@ export interface ScheduleResult {
 }
 
 export interface ScheduleOptions {
+  /**
+   * Keep per-candidate scores in the result. An explaining call draws from a copy of the
+   * scheduler's RNG, so it does not change later picks (the admin API's /explain).
+   */
   explain?: boolean;
 }
 
