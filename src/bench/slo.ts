@@ -2,7 +2,7 @@
  * Goodput service-level objectives: parsing `ttft=2,tpot=0.05` and checking a request against
  * them (vllm bench serve and inference-perf: good = succeeded and within every objective set).
  */
-import type { RequestMetrics } from "./metrics.ts";
+import type { RequestMetrics } from "./request-metrics.ts";
 
 /** Service-level objectives in seconds; a request is good when it succeeded and meets every one set. */
 export interface Slo {
