@@ -1,0 +1,148 @@
+/**
+ * The simulated engine's scheduler (vllm/v1/core/sched/scheduler.py, vllm-wire-formats.md §6): the
+ * waiting and running queues, and which requests run how many tokens in a step. Running requests
+ * go first, in order, each taking its remaining tokens within the max_num_batched_tokens budget
+ * (so prefills are chunked); when blocks run out the newest running request (under priority
+ * scheduling, the least urgent) is preempted by recompute and put back at the front of the waiting
+ * queue; waiting requests are admitted only if nothing was preempted this step. Pure.
+ */
+import { type EngineCounters, type Req, removeFrom } from "./engine-state.ts";
+import type { KVCacheManager } from "./kv-cache-manager.ts";
+import type { EngineConfig } from "./types.ts";
+
+/** A running request's prefix hits (never mutated). */
+const NO_HITS: readonly number[] = [];
+
+export class StepScheduler {
+  readonly waiting: Req[] = [];
+  readonly running: Req[] = [];
+  /** The last step's scheduled requests and their token counts (reused across steps). */
+  readonly schedReq: Req[] = [];
+  readonly schedN: number[] = [];
+
+  constructor(
+    private readonly config: EngineConfig,
+    private readonly kv: KVCacheManager,
+    private readonly counters: EngineCounters,
+  ) {}
+
+  /** Queues `r` by arrival (at the front if `front`), or by priority then arrival under priority scheduling. */
+  enqueueWaiting(r: Req, front: boolean): void {
+    if (this.config.schedulingPolicy === "priority") {
+      const key = (x: Req) => [x.input.priority ?? 0, x.record.arrivalTime] as const;
+      const [p, t] = key(r);
+      let i = 0;
+      while (i < this.waiting.length) {
+        const [q, u] = key(this.waiting[i]);
+        if (p < q || (p === q && t < u)) break;
+        i++;
+      }
+      this.waiting.splice(i, 0, r);
+    } else if (front) this.waiting.unshift(r);
+    else this.waiting.push(r);
+  }
+
+  /**
+   * Fills schedReq and schedN for a step starting at `now`, allocating the blocks it needs and
+   * preempting when they run out. Returns the number of requests preempted.
+   */
+  schedule(now: number): number {
+    const cfg = this.config;
+    const bs = cfg.blockSize;
+    let budget = cfg.maxNumBatchedTokens;
+    const schedReq = this.schedReq;
+    const schedN = this.schedN;
+    schedReq.length = 0;
+    schedN.length = 0;
+    let preempted = 0;
+
+    // 1. Running requests, in order.
+    for (let i = 0; i < this.running.length && budget > 0; ) {
+      const r = this.running[i];
+      let n = r.numTokens - r.numComputed;
+      if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
+        n = cfg.longPrefillTokenThreshold;
+      n = Math.min(n, budget, cfg.maxModelLen - 1 - r.numComputed);
+      if (n <= 0) {
+        i++;
+        continue;
+      }
+      let selfPreempted = false;
+      while (!this.kv.allocateSlots(r, n, NO_HITS)) {
+        const victim = this.pickVictim();
+        const at = this.running.indexOf(victim);
+        // Under priority scheduling the victim may already be scheduled this step: unschedule it.
+        const s = schedReq.indexOf(victim);
+        if (s >= 0) {
+          budget += schedN[s];
+          schedReq.splice(s, 1);
+          schedN.splice(s, 1);
+        }
+        this.preempt(victim, now);
+        preempted++;
+        if (victim === r) {
+          selfPreempted = true;
+          break;
+        }
+        if (at < i) i--;
+      }
+      if (selfPreempted) break;
+      schedReq.push(r);
+      schedN.push(n);
+      budget -= n;
+      i++;
+    }
+
+    // 2. Waiting requests, only if nothing was preempted.
+    if (preempted === 0) {
+      while (this.waiting.length > 0 && budget > 0 && this.running.length < cfg.maxNumSeqs) {
+        const r = this.waiting[0];
+        let hitBlocks: readonly number[] = NO_HITS;
+        if (r.numComputed === 0 && cfg.enablePrefixCaching) hitBlocks = this.kv.longestCacheHit(r);
+        const computed = hitBlocks.length * bs;
+        let n = r.numTokens - computed;
+        if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
+          n = cfg.longPrefillTokenThreshold;
+        n = Math.min(n, budget);
+        if (!this.kv.allocateSlots(r, n, hitBlocks)) break;
+        this.waiting.shift();
+        this.running.push(r);
+        r.numComputed = computed;
+        if (!r.admittedOnce) {
+          // vLLM records prefix-cache stats for first admissions; resumed preemptions are counted apart.
+          this.counters.prefixCacheQueries += r.numTokens;
+          this.counters.prefixCacheHits += computed;
+          r.record.cachedTokens = computed;
+          r.admittedOnce = true;
+        }
+        if (r.record.firstScheduledTime === null) r.record.firstScheduledTime = now;
+        schedReq.push(r);
+        schedN.push(n);
+        budget -= n;
+      }
+    }
+    return preempted;
+  }
+
+  private pickVictim(): Req {
+    if (this.config.schedulingPolicy === "priority") {
+      let v = this.running[0];
+      for (const r of this.running) {
+        const a = r.input.priority ?? 0;
+        const b = v.input.priority ?? 0;
+        if (a > b || (a === b && r.record.arrivalTime > v.record.arrivalTime)) v = r;
+      }
+      return v;
+    }
+    return this.running[this.running.length - 1];
+  }
+
+  private preempt(r: Req, _now: number): void {
+    removeFrom(this.running, r);
+    this.kv.freeBlocks(r);
+    r.numComputed = 0;
+    r.record.numPreemptions++;
+    this.counters.numPreemptions++;
+    this.enqueueWaiting(r, true);
+  }
+}

@@ -1,0 +1,122 @@
+/**
+ * The simulated engine's internal state: a request's progress (Req) and how it is built from its
+ * input, the counters behind EngineStats, and the input checks that map to a 400
+ * (EngineInputError). Pure.
+ */
+import type { BlockHasher } from "./fast-block-hash.ts";
+import { fnv1a32, mixSeed, Rng, targetOutputLength } from "./output-tokens.ts";
+import type { EngineConfig, EngineRequest, FinishReason, RequestRecord } from "./types.ts";
+
+/** Bad request input (prompt too long, empty prompt...): the caller maps it to a 400. */
+export class EngineInputError extends Error {
+  override name = "EngineInputError";
+}
+
+/** A request inside the engine: its input, its record, its tokens so far and its blocks. */
+export interface Req {
+  readonly input: EngineRequest;
+  readonly record: RequestRecord;
+  /**
+   * Prompt then output token ids: the first numTokens entries of a buffer sized for the longest
+   * the request can get (off the JS heap, so long prompts cost the garbage collector nothing).
+   */
+  readonly tokens: Float64Array;
+  numTokens: number;
+  readonly numPromptTokens: number;
+  readonly targetOutput: number;
+  readonly rng: Rng;
+  readonly hasher: BlockHasher;
+  numComputed: number;
+  blocks: number[];
+  /** Leading blocks already registered in the pool's hash map. */
+  numCachedBlocks: number;
+  /** The last prefix-cache hit computed while waiting, with each block's cache generation then. */
+  readonly memoHits: number[];
+  readonly memoGens: number[];
+  admittedOnce: boolean;
+  finished: boolean;
+}
+
+/** Running totals behind EngineStats. */
+export interface EngineCounters {
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  numPreemptions: number;
+  promptTokens: number;
+  generationTokens: number;
+  numSteps: number;
+  requestSuccess: Record<FinishReason, number>;
+}
+
+/** All counters at zero. */
+export function newCounters(): EngineCounters {
+  return {
+    prefixCacheQueries: 0,
+    prefixCacheHits: 0,
+    numPreemptions: 0,
+    promptTokens: 0,
+    generationTokens: 0,
+    numSteps: 0,
+    requestSuccess: { stop: 0, length: 0, abort: 0 },
+  };
+}
+
+/** Throws EngineInputError if `req` cannot run under `config`: empty prompt, bad max_tokens, too long. */
+export function checkRequest(req: EngineRequest, config: EngineConfig): void {
+  const n = req.promptTokenIds.length;
+  if (n === 0) throw new EngineInputError("The prompt must contain at least one token.");
+  if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1)
+    throw new EngineInputError(`max_tokens must be at least 1, got ${req.maxTokens}.`);
+  if (n + req.maxTokens > config.maxModelLen)
+    throw new EngineInputError(
+      `This model's maximum context length is ${config.maxModelLen} tokens. However, you requested ${n + req.maxTokens} tokens (${n} in the messages, ${req.maxTokens} in the completion). Please reduce the length of the messages or completion.`,
+    );
+}
+
+/**
+ * The state of a request that arrived at `now`, its prompt copied into its token buffer (not yet
+ * hashed). Its sampling seed is `req.seed`, else derived from `engineSeed` and its id.
+ */
+export function newReq(req: EngineRequest, now: number, engineSeed: number, hasher: BlockHasher): Req {
+  const n = req.promptTokenIds.length;
+  const seed = req.seed ?? mixSeed(engineSeed, fnv1a32(req.id));
+  const rng = new Rng(seed);
+  const r: Req = {
+    input: req,
+    record: {
+      id: req.id,
+      promptTokens: n,
+      maxTokens: req.maxTokens,
+      arrivalTime: now,
+      firstScheduledTime: null,
+      firstTokenTime: null,
+      tokenTimes: [],
+      outputTokenIds: [],
+      cachedTokens: 0,
+      numPreemptions: 0,
+      finishTime: null,
+      finishReason: null,
+    },
+    tokens: new Float64Array(n + req.maxTokens),
+    numTokens: n,
+    numPromptTokens: n,
+    targetOutput: targetOutputLength(rng, req.maxTokens, req.ignoreEos),
+    rng,
+    hasher,
+    numComputed: 0,
+    blocks: [],
+    numCachedBlocks: 0,
+    memoHits: [],
+    memoGens: [],
+    admittedOnce: false,
+    finished: false,
+  };
+  r.tokens.set(req.promptTokenIds);
+  return r;
+}
+
+/** Removes `r` from `list` if it is there. */
+export function removeFrom(list: Req[], r: Req): void {
+  const i = list.indexOf(r);
+  if (i >= 0) list.splice(i, 1);
+}
