@@ -73,30 +73,26 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   }
 
   produce(cycle: CycleState): void {
-    const estimate = this.#estimator(cycle);
-    cycle.set(this.#key, {
-      requests: (id) => this.#requests.get(id) ?? 0,
-      tokens: (id) => this.#tokens.get(id) ?? 0,
-      uncachedRequestTokens: estimate,
-    });
+    cycle.set(this.#key, this.#view(cycle));
   }
 
   /**
-   * Uncached prompt tokens on an endpoint: (totalBlocks − matchBlocks)·blockSize plus any prompt
-   * tail beyond the hashed blocks (llm-d uncachedInputTokens); the whole prompt without prefix
-   * info; plus the output estimate when enabled. Per-request values are computed once.
+   * This request's view: the counters, and its uncached prompt tokens on an endpoint:
+   * (totalBlocks − matchBlocks)·blockSize plus any prompt tail beyond the hashed blocks (llm-d
+   * uncachedInputTokens); the whole prompt without prefix info; plus the output estimate when
+   * enabled. Per-request values are computed once.
    */
-  #estimator(cycle: CycleState): (endpointId: string) => number {
+  #view(cycle: CycleState): InflightView {
     const input = flatPrompt(cycle, this.hasher).tokenCount;
     const info = this.#prefix ? cycle.get(this.#prefix) : undefined;
     const extra = this.params.addEstimatedOutputTokens
       ? this.#outputEstimate(input, cycle.request.maxTokens)
       : 0;
-    if (info === undefined || info.blockSizeTokens <= 0) return () => input + extra;
+    if (info === undefined || info.blockSizeTokens <= 0)
+      return new InflightView(this.#requests, this.#tokens, null, 0, 0, input + extra);
     const indexed = info.totalBlocks * info.blockSizeTokens;
     const tail = Math.max(0, input - indexed) + extra;
-    const bs = info.blockSizeTokens;
-    return (id) => Math.max(0, indexed - info.matchBlocks(id) * bs) + tail;
+    return new InflightView(this.#requests, this.#tokens, info, indexed, info.blockSizeTokens, tail);
   }
 
   #outputEstimate(input: number, maxTokens: number | undefined): number {
@@ -108,12 +104,12 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   }
 
   preRequest(cycle: CycleState, result: ScheduleResult): void {
-    const estimate = this.#estimator(cycle);
+    const view = this.#view(cycle);
     const entries = this.#records.get(result.requestId) ?? [];
     for (const [profile, r] of Object.entries(result.profiles)) {
       if (r.target === null) continue;
       const id = r.target.id;
-      const tokens = estimate(id);
+      const tokens = view.uncachedRequestTokens(id);
       bump(this.#requests, id, 1);
       bump(this.#tokens, id, tokens);
       entries.push({ endpointId: id, profile, tokens, holdsRequest: true });
@@ -174,6 +170,32 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     for (const v of this.#requests.values()) requests += v;
     for (const v of this.#tokens.values()) tokens += v;
     return { inflightRequests: requests, inflightTokens: tokens, trackedRequests: this.#records.size };
+  }
+}
+
+/** One request's InFlightInfo: one object, no closures per request. */
+class InflightView implements InFlightInfo {
+  constructor(
+    readonly counts: ReadonlyMap<string, number>,
+    readonly inflightTokens: ReadonlyMap<string, number>,
+    readonly info: PrefixMatchInfo | null,
+    readonly indexed: number,
+    readonly blockSize: number,
+    readonly tail: number,
+  ) {}
+
+  requests(id: string): number {
+    return this.counts.get(id) ?? 0;
+  }
+
+  tokens(id: string): number {
+    return this.inflightTokens.get(id) ?? 0;
+  }
+
+  uncachedRequestTokens(id: string): number {
+    const info = this.info;
+    if (info === null) return this.tail;
+    return Math.max(0, this.indexed - info.matchBlocks(id) * this.blockSize) + this.tail;
   }
 }
 

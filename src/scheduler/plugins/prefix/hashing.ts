@@ -38,7 +38,7 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** The flattened prompt of the cycle's request, computed once per request. */
 export function flatPrompt(cycle: CycleState, hasher: Hasher | null): FlatPrompt {
-  return cycle.memo(PROMPT_KEY, () => flattenPrompt(cycle.request, hasher));
+  return cycle.get(PROMPT_KEY) ?? cycle.memo(PROMPT_KEY, () => flattenPrompt(cycle.request, hasher));
 }
 
 /**
