@@ -116,6 +116,19 @@ describe("picker conformance", () => {
     for (const c of counts.slice(0, 3)) assert.ok(c > 1100 && c < 1570, `tie counts ${counts}`);
   });
 
+  it("max-score-picker: a maximum after lower ties, shared or not, is picked uniformly", () => {
+    const picker = pickerOf("max-score-picker");
+    const eps = ["a:1", "b:1", "c:1", "d:1", "e:1", "f:1"].map((id) => endpoint(id));
+    const cyc = cycleFor(chat("r", "", ""), eps, 0, 5);
+    const counts = [0, 0, 0, 0, 0, 0];
+    for (let k = 0; k < 6000; k++)
+      counts[picker.pick(cyc, eps, Float64Array.from([0.5, 0.5, 1, 0.5, 1, 1]))[0]]++;
+    assert.deepEqual(counts.slice(0, 2), [0, 0]);
+    assert.equal(counts[3], 0);
+    for (const i of [2, 4, 5]) assert.ok(Math.abs(counts[i] - 2000) < 200, `index ${i}: ${counts[i]}`);
+    assert.equal(picker.pick(cyc, eps, Float64Array.from([0.5, 0.5, 0.7, 0.5, 0.1, 0.2]))[0], 2);
+  });
+
   it("weighted-random-picker picks in proportion to score", () => {
     const picker = pickerOf("weighted-random-picker");
     const eps = ["a:1", "b:1", "c:1"].map((id) => endpoint(id));

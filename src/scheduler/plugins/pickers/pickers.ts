@@ -43,22 +43,27 @@ export class MaxScorePicker implements Picker {
   }
 }
 
-/** Argmax with a uniform choice among ties (reservoir sampling: same law as shuffle + sort). */
+/**
+ * Argmax with a uniform choice among ties (same law as llm-d's shuffle + stable sort): one pass
+ * for the maximum and its count, then one draw only if it is shared. With 256 idle endpoints
+ * all tied, a draw per tie (reservoir sampling) cost ~2 µs.
+ */
 export function argmaxRandomTie(rng: Rng, scores: ArrayLike<number>, n: number): number {
-  let best = 0;
-  let bestScore = scores[0];
+  let best = scores[0];
+  let first = 0;
   let ties = 1;
   for (let i = 1; i < n; i++) {
     const s = scores[i];
-    if (s > bestScore) {
-      bestScore = s;
-      best = i;
+    if (s > best) {
+      best = s;
+      first = i;
       ties = 1;
-    } else if (s === bestScore && rng.int(++ties) === 0) {
-      best = i;
-    }
+    } else if (s === best) ties++;
   }
-  return best;
+  if (ties === 1) return first;
+  let k = rng.int(ties);
+  for (let i = first; i < n; i++) if (scores[i] === best && k-- === 0) return i;
+  return first;
 }
 
 export class RandomPicker implements Picker {
