@@ -14,8 +14,12 @@ import type { EndpointPositions, EndpointState } from "./types.ts";
 export class CandidateIndex implements EndpointPositions {
   #last: EndpointState[] = [];
   readonly #pos = new Map<string, number>();
-  /** Rebuilds, for tests. */
+  /** Rebuilds so far: the positions' version. */
   rebuilds = 0;
+
+  get version(): number {
+    return this.rebuilds;
+  }
 
   /** Makes lookups answer for `list`; cheap when it holds the same objects as last time. */
   prepare(list: readonly EndpointState[]): void {

@@ -95,6 +95,8 @@ export function familyKey<T>(family: DataFamily, producerName: string): DataKey<
 /** Positions of endpoints in one list, by id (first occurrence); −1 when absent. */
 export interface EndpointPositions {
   indexOf(endpointId: string): number;
+  /** Changes whenever the positions do (the list was re-indexed). */
+  readonly version: number;
 }
 
 /** Per-request scratch shared by producers and scheduling plugins (llm-d CycleState). */

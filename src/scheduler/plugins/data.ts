@@ -36,6 +36,13 @@ export interface InFlightInfo {
   tokens(endpointId: string): number;
   /** This request's uncached prompt tokens (plus estimated output, if enabled) on the endpoint. */
   uncachedRequestTokens(endpointId: string): number;
+  /**
+   * Optional: requests() and tokens() of every endpoint of the cycle's candidate list, by position
+   * (read-only), so scorers walking all candidates need no lookup by id; null if unavailable.
+   */
+  byPosition?(): { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> } | null;
+  /** Optional: uncachedRequestTokens() when it is the same on every endpoint (nothing matched), else null. */
+  uncachedForAll?(): number | null;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

@@ -103,9 +103,10 @@ export class PrefixCacheAffinityFilter implements Filter {
       // the sticky endpoints alone are already slower than the allowed penalty.
       if (!(bestSticky <= p.maxTTFTPenaltyMs)) {
         let bestRest = Number.POSITIVE_INFINITY;
+        const at = endpoints === cycle.candidates ? (load.byPosition?.() ?? null) : null;
         for (let i = 0; i < n; i++) {
           if (isSticky[i] === 1) continue;
-          const t = ttft(endpoints[i].id);
+          const t = at !== null ? (at.tokens[i] / p.peakPrefillThroughput) * 1000 : ttft(endpoints[i].id);
           if (t < bestRest) bestRest = t;
         }
         if (bestSticky - bestRest > p.maxTTFTPenaltyMs) return this.#done("load-override", endpoints);

@@ -12,6 +12,8 @@ import type {
   CycleState,
   DataKey,
   DataProducer,
+  EndpointPositions,
+  EndpointState,
   PluginStats,
   PreRequestHook,
   RequestFacts,
@@ -45,8 +47,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly typedName: TypedName;
   readonly #key: DataKey<InFlightInfo>;
   readonly #prefix: DataKey<PrefixMatchInfo> | null;
-  readonly #requests = new Map<string, number>();
-  readonly #tokens = new Map<string, number>();
+  readonly #counters = new Counters();
   readonly #records = new Map<string, Entry[]>();
 
   constructor(
@@ -69,10 +70,13 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
   /** Current counters of an endpoint. */
   load(endpointId: string): InFlightLoad {
-    return { requests: this.#requests.get(endpointId) ?? 0, tokens: this.#tokens.get(endpointId) ?? 0 };
+    const c = this.#counters;
+    return { requests: c.requests.get(endpointId) ?? 0, tokens: c.tokens.get(endpointId) ?? 0 };
   }
 
   produce(cycle: CycleState): void {
+    const positions = cycle.positions(cycle.candidates);
+    if (positions !== null) this.#counters.align(positions, cycle.candidates);
     cycle.set(this.#key, this.#view(cycle));
   }
 
@@ -89,10 +93,12 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       ? this.#outputEstimate(input, cycle.request.maxTokens)
       : 0;
     if (info === undefined || info.blockSizeTokens <= 0)
-      return new InflightView(this.#requests, this.#tokens, null, 0, 0, input + extra);
+      return new InflightView(this.#counters, null, 0, 0, input + extra);
     const indexed = info.totalBlocks * info.blockSizeTokens;
     const tail = Math.max(0, input - indexed) + extra;
-    return new InflightView(this.#requests, this.#tokens, info, indexed, info.blockSizeTokens, tail);
+    // Nothing matched anywhere: the same uncached count on every endpoint, no lookup per endpoint.
+    if (!info.anyMatch) return new InflightView(this.#counters, null, 0, 0, indexed + tail);
+    return new InflightView(this.#counters, info, indexed, info.blockSizeTokens, tail);
   }
 
   #outputEstimate(input: number, maxTokens: number | undefined): number {
@@ -110,8 +116,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       if (r.target === null) continue;
       const id = r.target.id;
       const tokens = view.uncachedRequestTokens(id);
-      bump(this.#requests, id, 1);
-      bump(this.#tokens, id, tokens);
+      this.#counters.bump(REQUESTS, id, 1);
+      this.#counters.bump(TOKENS, id, tokens);
       entries.push({ endpointId: id, profile, tokens, holdsRequest: true });
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
@@ -139,45 +145,101 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   #reattribute(entries: Entry[], served: string): void {
     const primary = entries.find((e) => e.profile !== PREFILL_PROFILE);
     if (primary === undefined || primary.endpointId === served || served === "") return;
+    const c = this.#counters;
     if (primary.holdsRequest) {
-      bump(this.#requests, primary.endpointId, -1);
-      bump(this.#requests, served, 1);
+      c.bump(REQUESTS, primary.endpointId, -1);
+      c.bump(REQUESTS, served, 1);
     }
-    bump(this.#tokens, primary.endpointId, -primary.tokens);
-    bump(this.#tokens, served, primary.tokens);
+    c.bump(TOKENS, primary.endpointId, -primary.tokens);
+    c.bump(TOKENS, served, primary.tokens);
     primary.endpointId = served;
   }
 
   #release(e: Entry, request: boolean): void {
     if (e.tokens !== 0) {
-      bump(this.#tokens, e.endpointId, -e.tokens);
+      this.#counters.bump(TOKENS, e.endpointId, -e.tokens);
       e.tokens = 0;
     }
     if (request && e.holdsRequest) {
-      bump(this.#requests, e.endpointId, -1);
+      this.#counters.bump(REQUESTS, e.endpointId, -1);
       e.holdsRequest = false;
     }
   }
 
   retainEndpoints(pool: ReadonlySet<string>): void {
-    for (const id of [...this.#requests.keys()]) if (!pool.has(id)) this.#requests.delete(id);
-    for (const id of [...this.#tokens.keys()]) if (!pool.has(id)) this.#tokens.delete(id);
+    this.#counters.retain(pool);
   }
 
   stats(): PluginStats {
     let requests = 0;
     let tokens = 0;
-    for (const v of this.#requests.values()) requests += v;
-    for (const v of this.#tokens.values()) tokens += v;
+    for (const v of this.#counters.requests.values()) requests += v;
+    for (const v of this.#counters.tokens.values()) tokens += v;
     return { inflightRequests: requests, inflightTokens: tokens, trackedRequests: this.#records.size };
+  }
+}
+
+const REQUESTS = 0;
+const TOKENS = 1;
+
+/**
+ * Per-endpoint in-flight counters by id, mirrored in arrays aligned with the positions of the
+ * scheduler's candidate list, so scorers walking every candidate read them by position instead of
+ * one Map lookup per endpoint. Counters change a few at a time (a pick, a response event) and
+ * update both; the arrays are rebuilt only when the candidate positions change.
+ */
+class Counters {
+  readonly requests = new Map<string, number>();
+  readonly tokens = new Map<string, number>();
+  #positions: EndpointPositions | null = null;
+  #version = -1;
+  readonly #at: [Float64Array, Float64Array] = [new Float64Array(0), new Float64Array(0)];
+
+  align(positions: EndpointPositions, candidates: readonly EndpointState[]): void {
+    const n = candidates.length;
+    if (positions === this.#positions && positions.version === this.#version && this.#at[0].length === n)
+      return;
+    const req = (this.#at[REQUESTS] = new Float64Array(n));
+    const tok = (this.#at[TOKENS] = new Float64Array(n));
+    for (let i = 0; i < n; i++) {
+      const id = candidates[i].id;
+      req[i] = this.requests.get(id) ?? 0;
+      tok[i] = this.tokens.get(id) ?? 0;
+    }
+    this.#positions = positions;
+    this.#version = positions.version;
+  }
+
+  /** Counters by position in the list last aligned to. */
+  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+    if (this.#positions === null) return null;
+    return { requests: this.#at[REQUESTS], tokens: this.#at[TOKENS] };
+  }
+
+  /** Adds `delta`, flooring at 0 (zero entries are dropped from the map). */
+  bump(which: typeof REQUESTS | typeof TOKENS, id: string, delta: number): void {
+    const m = which === REQUESTS ? this.requests : this.tokens;
+    const v = (m.get(id) ?? 0) + delta;
+    if (v > 0) m.set(id, v);
+    else m.delete(id);
+    const positions = this.#positions;
+    // Re-indexed since the arrays were aligned: align() rebuilds them at the next request.
+    if (positions === null || positions.version !== this.#version) return;
+    const i = positions.indexOf(id);
+    if (i >= 0) this.#at[which][i] = Math.max(v, 0);
+  }
+
+  retain(pool: ReadonlySet<string>): void {
+    for (const id of [...this.requests.keys()]) if (!pool.has(id)) this.requests.delete(id);
+    for (const id of [...this.tokens.keys()]) if (!pool.has(id)) this.tokens.delete(id);
+    this.#positions = null;
   }
 }
 
 /** One request's InFlightInfo: one object, no closures per request. */
 class InflightView implements InFlightInfo {
   constructor(
-    readonly counts: ReadonlyMap<string, number>,
-    readonly inflightTokens: ReadonlyMap<string, number>,
+    readonly counters: Counters,
     readonly info: PrefixMatchInfo | null,
     readonly indexed: number,
     readonly blockSize: number,
@@ -185,11 +247,19 @@ class InflightView implements InFlightInfo {
   ) {}
 
   requests(id: string): number {
-    return this.counts.get(id) ?? 0;
+    return this.counters.requests.get(id) ?? 0;
   }
 
   tokens(id: string): number {
-    return this.inflightTokens.get(id) ?? 0;
+    return this.counters.tokens.get(id) ?? 0;
+  }
+
+  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+    return this.counters.byPosition();
+  }
+
+  uncachedForAll(): number | null {
+    return this.info === null ? this.tail : null;
   }
 
   uncachedRequestTokens(id: string): number {
@@ -197,13 +267,6 @@ class InflightView implements InFlightInfo {
     if (info === null) return this.tail;
     return Math.max(0, this.indexed - info.matchBlocks(id) * this.blockSize) + this.tail;
   }
-}
-
-/** Adds `delta`, flooring at 0 and dropping zero entries. */
-function bump(m: Map<string, number>, id: string, delta: number): void {
-  const v = (m.get(id) ?? 0) + delta;
-  if (v > 0) m.set(id, v);
-  else m.delete(id);
 }
 
 export const inflightSpec = spec({

@@ -38,6 +38,23 @@ abstract class InflightScorer implements Scorer {
   abstract score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array;
 }
 
+/** In-flight requests per endpoint: by candidate position when `endpoints` are the candidates. */
+function requestCounts(
+  cycle: CycleState,
+  endpoints: readonly EndpointState[],
+  info: InFlightInfo,
+): Float64Array {
+  const out = zeroedScores(endpoints.length);
+  const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
+  if (at !== null) {
+    const requests = at.requests;
+    for (let i = 0; i < endpoints.length; i++) out[i] = requests[i];
+  } else {
+    for (let i = 0; i < endpoints.length; i++) out[i] = info.requests(endpoints[i].id);
+  }
+  return out;
+}
+
 export const activeRequestParams = z.strictObject({
   idleThreshold: z.number().int().nonnegative().default(0),
   maxBusyScore: z.number().min(0).max(1).default(1),
@@ -55,16 +72,17 @@ export class ActiveRequestScorer extends InflightScorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const info = this.info(cycle);
-    const counts = endpoints.map((e) => info.requests(e.id));
+    const counts = requestCounts(cycle, endpoints, this.info(cycle));
+    const idle = this.params.idleThreshold;
+    const busy = this.params.maxBusyScore;
+    const n = counts.length;
     let max = 0;
-    for (const c of counts) if (c > max) max = c;
-    const out = zeroedScores(endpoints.length);
-    for (let i = 0; i < counts.length; i++) {
+    for (let i = 0; i < n; i++) if (counts[i] > max) max = counts[i];
+    for (let i = 0; i < n; i++) {
       const c = counts[i];
-      out[i] = c <= this.params.idleThreshold ? 1 : ((max - c) / max) * this.params.maxBusyScore;
+      counts[i] = c <= idle ? 1 : ((max - c) / max) * busy;
     }
-    return out;
+    return counts;
   }
 }
 
@@ -84,13 +102,26 @@ export class TokenLoadScorer extends InflightScorer {
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const info = this.info(cycle);
     const threshold = this.params.queueThresholdTokens;
-    const out = zeroedScores(endpoints.length);
-    for (let i = 0; i < endpoints.length; i++) {
+    const n = endpoints.length;
+    const out = zeroedScores(n);
+    const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
+    const same = info.uncachedForAll?.() ?? null;
+    if (at !== null && same !== null) {
+      // Every candidate by position, no per-endpoint lookup (a cold request: nothing matched).
+      const inflight = at.tokens;
+      for (let i = 0; i < n; i++) out[i] = this.#score(inflight[i] + same, threshold);
+      return out;
+    }
+    for (let i = 0; i < n; i++) {
       const id = endpoints[i].id;
-      const tokens = info.tokens(id) + info.uncachedRequestTokens(id);
-      out[i] = tokens <= 0 ? 1 : 1 - Math.min(tokens, threshold) / threshold;
+      const tokens = (at !== null ? at.tokens[i] : info.tokens(id)) + info.uncachedRequestTokens(id);
+      out[i] = this.#score(tokens, threshold);
     }
     return out;
+  }
+
+  #score(tokens: number, threshold: number): number {
+    return tokens <= 0 ? 1 : 1 - Math.min(tokens, threshold) / threshold;
   }
 }
 
@@ -102,10 +133,7 @@ export class LeastRequestScorer extends InflightScorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const info = this.info(cycle);
-    const raw = zeroedScores(endpoints.length);
-    for (let i = 0; i < endpoints.length; i++) raw[i] = info.requests(endpoints[i].id);
-    return minMaxLowerIsBetter(raw);
+    return minMaxLowerIsBetter(requestCounts(cycle, endpoints, this.info(cycle)));
   }
 }
 
