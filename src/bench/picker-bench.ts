@@ -7,8 +7,12 @@
  * how noisy the machine is (its p99/p50 is the floor any p99 here is measured against).
  * Writes JSON (default results/bench-picker.json) and prints tables.
  *
+ * Cold cells (--cold-configs, at the largest size) time requests whose prompts no endpoint has seen:
+ * the path where nothing matches and every candidate is scored.
+ *
  *   npm run bench:picker -- [--reps 5] [--calls 4000] [--warmup 3000] [--repeat 3] [--endpoints 8,64,256]
- *     [--configs default,llm-d-chart-default,pd] [--pairs 2000] [--concurrency 1,8]
+ *     [--configs default,llm-d-chart-default,pd] [--cold-configs default,llm-d-chart-default]
+ *     [--pairs 2000] [--concurrency 1,8]
  *     [--time-scale 10000] [--no-gateway] [--no-decision] [--quick] [--json FILE]
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -19,6 +23,7 @@ import { parseArgs } from "node:util";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import {
   ChatWorkload,
+  ColdChatWorkload,
   type DecisionRun,
   makeEndpoints,
   type Percentiles,
@@ -42,6 +47,7 @@ const { values: args } = parseArgs({
     repeat: { type: "string", default: "3" },
     endpoints: { type: "string", default: "8,64,256" },
     configs: { type: "string", default: "default,llm-d-chart-default,pd" },
+    "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
     pairs: { type: "string", default: "2000" },
     concurrency: { type: "string", default: "1,8" },
     "time-scale": { type: "string", default: "10000" },
@@ -67,6 +73,10 @@ const warmup = quick ? 1000 : posInt("warmup", args.warmup);
 const repeat = posInt("repeat", args.repeat);
 const sizes = list("endpoints", args.endpoints);
 const configs = (args.configs ?? "").split(",").map((s) => s.trim());
+const coldConfigs = (args["cold-configs"] ?? "")
+  .split(",")
+  .map((s) => s.trim())
+  .filter((s) => s !== "");
 const pairs = quick ? 300 : posInt("pairs", args.pairs);
 const concurrency = list("concurrency", args.concurrency);
 const timeScale = posInt("time-scale", args["time-scale"]);
@@ -89,6 +99,16 @@ function medianPercentiles(ps: Percentiles[]): Percentiles {
   };
 }
 
+const gc = (globalThis as { gc?: () => void }).gc;
+if (gc === undefined)
+  console.log(
+    "note: run with node --expose-gc (as npm run bench:picker does) to isolate cells from each other's garbage",
+  );
+
+function collectGarbage(): void {
+  gc?.();
+}
+
 /** Constant work (~30 µs of integer math) timed like a decision: the machine's own jitter. */
 function calibrate(n: number): Percentiles {
   const a = new Int32Array(4096);
@@ -109,6 +129,8 @@ function calibrate(n: number): Percentiles {
 interface DecisionCell {
   config: string;
   endpoints: number;
+  /** Prompts no endpoint has seen (ColdChatWorkload), not the warm-index chat workload. */
+  cold: boolean;
   schedule: Percentiles;
   scheduleMinOfRepeats: Percentiles | null;
   scheduleAndPicked: Percentiles;
@@ -129,24 +151,24 @@ function printDecisions(cells: DecisionCell[], cal: Percentiles): void {
       "  +onPicked: schedule() plus onPicked() (index learning). hit: prefix blocks matched on the pick.",
   );
   console.log(
-    `${"config".padEnd(20)}${pad("eps", 4)} | schedule() ${pad("p50", 5)}${pad("p90", 6)}${pad("p99", 6)}${pad("max", 7)}` +
+    `${"config".padEnd(25)}${pad("eps", 4)} | schedule() ${pad("p50", 5)}${pad("p90", 6)}${pad("p99", 6)}${pad("max", 7)}` +
       ` | min-of-${repeat} ${pad("p50", 5)}${pad("p99", 6)} | +onPicked ${pad("p50", 5)}${pad("p99", 6)} | ${pad("hit", 4)} | schedule() p99 per rep`,
   );
   for (const c of cells) {
     const s = c.schedule;
     const m = c.scheduleMinOfRepeats;
     console.log(
-      `${c.config.padEnd(20)}${pad(c.endpoints, 4)} |            ${pad(f1(s.p50), 5)}${pad(f1(s.p90), 6)}${pad(f1(s.p99), 6)}${pad(f1(s.max), 7)}` +
+      `${(c.cold ? `${c.config} cold` : c.config).padEnd(25)}${pad(c.endpoints, 4)} |            ${pad(f1(s.p50), 5)}${pad(f1(s.p90), 6)}${pad(f1(s.p99), 6)}${pad(f1(s.max), 7)}` +
         ` |          ${pad(m === null ? "-" : f1(m.p50), 5)}${pad(m === null ? "-" : f1(m.p99), 6)}` +
         ` |           ${pad(f1(c.scheduleAndPicked.p50), 5)}${pad(f1(c.scheduleAndPicked.p99), 6)} | ` +
         `${pad(c.hitRatio === null ? "-" : c.hitRatio.toFixed(2), 4)} | ${c.reps.map((r) => f1(r.schedule.p99)).join(" ")}`,
     );
   }
   console.log(
-    `${"calibration (const)".padEnd(20)}${pad("-", 4)} |            ${pad(f1(cal.p50), 5)}${pad(f1(cal.p90), 6)}${pad(f1(cal.p99), 6)}${pad(f1(cal.max), 7)}` +
+    `${"calibration (const)".padEnd(25)}${pad("-", 4)} |            ${pad(f1(cal.p50), 5)}${pad(f1(cal.p90), 6)}${pad(f1(cal.p99), 6)}${pad(f1(cal.max), 7)}` +
       ` | fixed work: p99/p50 = ${(cal.p99 / cal.p50).toFixed(2)} is this machine's jitter`,
   );
-  for (const c of cells.filter((x) => x.endpoints === 256)) {
+  for (const c of cells.filter((x) => x.endpoints === 256 && !x.cold)) {
     const m = c.scheduleMinOfRepeats;
     console.log(
       `target p99 ≤ ${TARGET_DECISION_P99_US} µs at 256 endpoints, ${c.config}: schedule() ${f1(c.schedule.p99)} µs → ` +
@@ -191,47 +213,55 @@ async function main(): Promise<void> {
       0,
     );
   }
+  const cold = new ColdChatWorkload();
+  const coldWarm = cold.batch(warmup);
+  const coldTimed = cold.batch(calls);
+  const plan = [
+    ...configs.flatMap((config) => sizes.map((n) => ({ config, n, cold: false }))),
+    ...coldConfigs.map((config) => ({ config, n: sizes[sizes.length - 1], cold: true })),
+  ];
+  const keyOf = (c: { config: string; n: number; cold: boolean }) => `${c.config}/${c.n}/${c.cold}`;
   for (let rep = 0; rep < (withDecision ? reps : 0); rep++) {
     calibration.push(calibrate(2000));
-    for (const config of configs) {
-      const text = readFileSync(resolve(ROOT, "config/examples", `${config}.yaml`), "utf8");
-      for (const n of sizes) {
-        const { scheduler } = await createScheduler(text, { seed: 1 + rep });
-        const endpoints = makeEndpoints(n, config === "pd");
-        const run = runDecisions(
-          scheduler,
-          endpoints,
-          workload,
-          warmSpecs,
-          timedSpecs,
-          { calls, scrapeEvery: 50, inflight: Math.min(4 * n, 512), dt: 0.002, repeat },
-          7 + rep,
-        );
-        const key = `${config}/${n}`;
-        runs.set(key, [...(runs.get(key) ?? []), run]);
-      }
+    for (const cell of plan) {
+      const text = readFileSync(resolve(ROOT, "config/examples", `${cell.config}.yaml`), "utf8");
+      // The previous cell's scheduler (a multi-MB index) is garbage now, all at once, which a
+      // gateway never produces: collect it before timing, or its major GC (concurrent marking,
+      // slower stores while it runs) lands in this cell. Needs --expose-gc (npm run sets it).
+      collectGarbage();
+      const { scheduler } = await createScheduler(text, { seed: 1 + rep });
+      const endpoints = makeEndpoints(cell.n, cell.config === "pd");
+      const run = runDecisions(
+        scheduler,
+        endpoints,
+        cell.cold ? cold : workload,
+        cell.cold ? coldWarm : warmSpecs,
+        cell.cold ? coldTimed : timedSpecs,
+        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat },
+        7 + rep,
+      );
+      runs.set(keyOf(cell), [...(runs.get(keyOf(cell)) ?? []), run]);
     }
     process.stdout.write(`  rep ${rep + 1}/${reps} done\n`);
   }
 
   const cells: DecisionCell[] = [];
-  if (withDecision)
-    for (const config of configs)
-      for (const n of sizes) {
-        const rs = runs.get(`${config}/${n}`) ?? [];
-        const hits = rs.map((r) => r.hitRatio).filter((h): h is number => h !== null);
-        cells.push({
-          config,
-          endpoints: n,
-          schedule: medianPercentiles(rs.map((r) => r.schedule)),
-          scheduleAndPicked: medianPercentiles(rs.map((r) => r.scheduleAndPicked)),
-          scheduleMinOfRepeats:
-            repeat > 1 ? medianPercentiles(rs.map((r) => r.scheduleMinOfRepeats as Percentiles)) : null,
-          hitRatio: hits.length > 0 ? median(hits) : null,
-          targeted: median(rs.map((r) => r.targeted)),
-          reps: rs,
-        });
-      }
+  for (const cell of withDecision ? plan : []) {
+    const rs = runs.get(keyOf(cell)) ?? [];
+    const hits = rs.map((r) => r.hitRatio).filter((h): h is number => h !== null);
+    cells.push({
+      config: cell.config,
+      endpoints: cell.n,
+      cold: cell.cold,
+      schedule: medianPercentiles(rs.map((r) => r.schedule)),
+      scheduleAndPicked: medianPercentiles(rs.map((r) => r.scheduleAndPicked)),
+      scheduleMinOfRepeats:
+        repeat > 1 ? medianPercentiles(rs.map((r) => r.scheduleMinOfRepeats as Percentiles)) : null,
+      hitRatio: hits.length > 0 ? median(hits) : null,
+      targeted: median(rs.map((r) => r.targeted)),
+      reps: rs,
+    });
+  }
   const cal = withDecision ? medianPercentiles(calibration) : null;
   if (cal !== null) printDecisions(cells, cal);
 
@@ -293,6 +323,7 @@ async function main(): Promise<void> {
       repeat,
       endpoints: sizes,
       configs,
+      coldConfigs,
       workload: { ...WORKLOAD_DEFAULTS, avgPromptTokens: avgTokens },
       gateway: { pairs, concurrency, timeScale },
     },
@@ -301,6 +332,7 @@ async function main(): Promise<void> {
     decision: cells.map((c) => ({
       config: c.config,
       endpoints: c.endpoints,
+      cold: c.cold,
       scheduleUs: c.schedule,
       scheduleAndPickedUs: c.scheduleAndPicked,
       scheduleMinOfRepeatsUs: c.scheduleMinOfRepeats,

@@ -62,6 +62,22 @@ export interface RequestSpec {
   question: string;
 }
 
+/** What runDecisions() needs of a workload. */
+export interface Workload {
+  materialize(spec: RequestSpec): RequestFacts;
+}
+
+function chatFacts(id: number, messages: { role: string; content: string }[]): RequestFacts {
+  return {
+    requestId: `r${id}`,
+    model: "meta-llama/Llama-3.1-8B-Instruct",
+    prompt: { kind: "chat", messages },
+    maxTokens: 256,
+    stream: true,
+    priority: 0,
+  };
+}
+
 /**
  * Request generator. System prompts are 1k–3k tokens; each user's conversation fills the prompt up
  * to ~promptTokens with 200–800-token turns; every request appends a fresh 60–250-token question.
@@ -69,7 +85,7 @@ export interface RequestSpec {
  * Requests are materialised by JSON.parse just before use, as the gateway parses a body: the
  * scheduler sees fresh strings, never string objects shared with earlier requests.
  */
-export class ChatWorkload {
+export class ChatWorkload implements Workload {
   readonly users: User[];
   readonly #rng: Rng;
   #seq = 0;
@@ -115,14 +131,37 @@ export class ChatWorkload {
   materialize(spec: RequestSpec): RequestFacts {
     const messages = JSON.parse(this.users[spec.user].thread) as { role: string; content: string }[];
     messages.push({ role: "user", content: spec.question });
-    return {
-      requestId: `r${spec.id}`,
-      model: "meta-llama/Llama-3.1-8B-Instruct",
-      prompt: { kind: "chat", messages },
-      maxTokens: 256,
-      stream: true,
-      priority: 0,
-    };
+    return chatFacts(spec.id, messages);
+  }
+}
+
+/**
+ * Cold requests: every request is a new ~promptTokens conversation (its own system prompt and
+ * turns, from a per-request seed), so no endpoint holds any of its blocks: the decision path
+ * where nothing matches and every candidate stays in play. Built (and JSON round-tripped, as
+ * a gateway parses a body) in materialize(), outside the timed call.
+ */
+export class ColdChatWorkload implements Workload {
+  #seq = 0;
+
+  constructor(readonly opts: WorkloadOptions = WORKLOAD_DEFAULTS) {}
+
+  batch(n: number): RequestSpec[] {
+    return Array.from({ length: n }, () => ({ id: this.#seq++, user: -1, question: "" }));
+  }
+
+  materialize(spec: RequestSpec): RequestFacts {
+    const rng = createRng(this.opts.seed * 7919 + spec.id);
+    const sys = between(rng, 1000, 3000);
+    const thread = [{ role: "system", content: `Session ${spec.id}. ${words(rng, sys - 3)}` }];
+    let used = sys;
+    while (used < this.opts.promptTokens - 160) {
+      const n = Math.min(between(rng, 200, 800), this.opts.promptTokens - 160 - used);
+      thread.push({ role: thread.length % 2 === 1 ? "user" : "assistant", content: words(rng, n) });
+      used += n;
+    }
+    thread.push({ role: "user", content: words(rng, between(rng, 60, 250)) });
+    return chatFacts(spec.id, JSON.parse(JSON.stringify(thread)));
   }
 }
 
@@ -235,7 +274,7 @@ function prefixStats(s: BenchScheduler): { hit: number; lookup: number } | null 
 export function runDecisions(
   scheduler: BenchScheduler,
   endpoints: EndpointState[],
-  workload: ChatWorkload,
+  workload: Workload,
   warmupReqs: readonly RequestSpec[],
   timedReqs: readonly RequestSpec[],
   o: DecisionRunOptions,
