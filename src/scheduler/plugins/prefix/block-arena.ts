@@ -4,9 +4,9 @@
  * entry: in steady state nothing is allocated, and a match walk reads one cache line per two
  * blocks of a chain (bench:picker).
  *
- * Block b is a 32-byte record at b·STRIDE in `m`: its hash (LO, HI); NEXT, the next block in its
- * table bucket; SUCC, the block that followed it last time (a walk hint); COUNT holders (−1 once
- * released); the slots of holders 0 and 1 in S0 and S1; holders from 2 on in a pool chunk at MORE.
+ * Block b is a 32-byte record at b·STRIDE in `m`: its hash (LO, HI); field 2 unused; SUCC, the
+ * block that followed it last time (a walk hint); COUNT holders (−1 once released); the slots of
+ * holders 0 and 1 in S0 and S1; holders from 2 on in a pool chunk at MORE.
  * Each holder also has an LRU entry id: holders 0 and 1 in `ent` (two per block), the rest next to
  * their slots in the pool chunk, as (slot, entry) pairs.
  */
@@ -15,7 +15,6 @@ export const NONE = -1;
 
 const LO = 0;
 const HI = 1;
-const NEXT = 2;
 const SUCC = 3;
 const COUNT = 4;
 const S0 = 5;
@@ -44,7 +43,6 @@ export class Blocks {
     const m = this.m;
     m[o + LO] = lo;
     m[o + HI] = hi;
-    m[o + NEXT] = NONE;
     m[o + SUCC] = NONE;
     m[o + COUNT] = 0;
     m[o + MORE] = NONE;
@@ -56,7 +54,6 @@ export class Blocks {
     const o = b * STRIDE;
     this.m[o + COUNT] = NONE;
     this.m[o + SUCC] = NONE;
-    this.m[o + NEXT] = NONE;
     this.#free.push(b);
   }
 
@@ -64,12 +61,8 @@ export class Blocks {
     return this.m[b * STRIDE + LO];
   }
 
-  next(b: number): number {
-    return this.m[b * STRIDE + NEXT];
-  }
-
-  setNext(b: number, v: number): void {
-    this.m[b * STRIDE + NEXT] = v;
+  hi(b: number): number {
+    return this.m[b * STRIDE + HI];
   }
 
   setSucc(b: number, v: number): void {
@@ -95,13 +88,6 @@ export class Blocks {
     if (s === NONE) return NONE;
     const o = s * STRIDE;
     return m[o + LO] === lo && m[o + HI] === hi && m[o + COUNT] >= 0 ? s : NONE;
-  }
-
-  /** The live block with hash (lo, hi) in the bucket chain starting at `b`, or NONE. */
-  findInBucket(b: number, lo: number, hi: number): number {
-    const m = this.m;
-    while (b !== NONE && (m[b * STRIDE + LO] !== lo || m[b * STRIDE + HI] !== hi)) b = m[b * STRIDE + NEXT];
-    return b;
   }
 
   /** Adds 1 to counts[slot] of each holder of `b`; records slots seen for the first time. */

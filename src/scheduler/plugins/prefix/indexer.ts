@@ -4,18 +4,17 @@
  * all in typed arrays (block-arena.ts). Endpoints get small integer slots so matching counts into a
  * typed array.
  *
- * Hot-path layout (the match walk is bound by cache misses, ~100 ns each): a block hash travels as
- * two 32-bit halves (lo, hi) packed in a plain array (PackedHashes, the little-endian layout of uint64s), never
- * as a BigInt. Blocks live in an arena of 32-byte records indexed by a small integer, so a
- * chain's blocks, created together, sit next to each other in memory; a Map from the low 30 bits
- * of the hash (a small-integer key, hashed inline by V8) finds a block, with the rare keys sharing
- * those bits chained. Each block remembers the block that followed it last time (`succ`), so a
- * walk along a known chain needs no table lookup. The bigint methods (add, match) are the same
- * operations for callers holding bigints.
+ * Hot-path layout (a cold walk is bound by cache misses): a block hash travels as two 32-bit
+ * halves (lo, hi) packed in a plain array (PackedHashes), never as a BigInt. Blocks live in an
+ * arena of 32-byte records indexed by a small integer, and a chain's blocks, created together in
+ * chain order, have consecutive ids, so a walk tries b + 1 first, then the block that followed b
+ * last time (`succ`), and only then the hash table (block-table.ts). The bigint methods (add,
+ * match) are the same operations for callers holding bigints.
  */
 
 import type { PackedHashes } from "../../hash.ts";
 import { Blocks, Entries, type LruList, NONE } from "./block-arena.ts";
+import { BlockTable } from "./block-table.ts";
 
 interface EndpointEntry extends LruList {
   slot: number;
@@ -27,8 +26,6 @@ export interface PrefixMatch {
   depth: number;
   counts: Map<string, number>;
 }
-
-const KEY_MASK = 0x3fffffff;
 
 /** bigint hashes → PackedHashes (int32 halves). */
 export function packHashes(hashes: readonly bigint[]): number[] {
@@ -43,8 +40,8 @@ export function packHashes(hashes: readonly bigint[]): number[] {
 
 export class ApproxPrefixIndex {
   readonly #endpoints = new Map<string, EndpointEntry>();
-  /** Low 30 bits of a hash → first block of that bucket. */
-  readonly #table = new Map<number, number>();
+  /** Block hash → block id. */
+  readonly #table = new BlockTable();
   readonly #b = new Blocks();
   readonly #lru = new Entries();
   readonly #slotIds: (string | null)[] = [];
@@ -221,19 +218,12 @@ export class ApproxPrefixIndex {
   }
 
   #find(lo: number, hi: number): number {
-    return this.#b.findInBucket(this.#table.get(lo & KEY_MASK) ?? NONE, lo, hi);
+    return this.#table.get(lo, hi);
   }
 
   #insert(lo: number, hi: number): number {
-    const B = this.#b;
-    const b = B.alloc(lo, hi);
-    const key = lo & KEY_MASK;
-    const head = this.#table.get(key);
-    if (head === undefined) this.#table.set(key, b);
-    else {
-      B.setNext(b, B.next(head));
-      B.setNext(head, b);
-    }
+    const b = this.#b.alloc(lo, hi);
+    this.#table.add(lo, hi, b);
     this.#distinct++;
     return b;
   }
@@ -245,17 +235,7 @@ export class ApproxPrefixIndex {
 
   #unlink(b: number): void {
     const B = this.#b;
-    const key = B.lo(b) & KEY_MASK;
-    const head = this.#table.get(key) as number;
-    const next = B.next(b);
-    if (head === b) {
-      if (next === NONE) this.#table.delete(key);
-      else this.#table.set(key, next);
-    } else {
-      let p = head;
-      while (B.next(p) !== b) p = B.next(p);
-      B.setNext(p, next);
-    }
+    this.#table.delete(B.lo(b), B.hi(b));
     B.release(b);
     this.#distinct--;
   }
