@@ -117,6 +117,15 @@ describe("prefix-cache-scorer", () => {
   it("scores 0 without match info", () => {
     assert.deepEqual(scores(new PrefixCacheScorer("s", prefixScorerParams.parse({}), "p")), [0, 0, 0]);
   });
+  it("starts every call from zero although it reuses its output array", () => {
+    const s = new PrefixCacheScorer("s", prefixScorerParams.parse({}), "p");
+    assert.deepEqual(scores(s, [a, b, c], cyc()), [1, 0.25, 0]);
+    assert.deepEqual(scores(s), [0, 0, 0], "no match info after a call that scored");
+    const x = cycleFor(completion("r", "p"), [a, b, c]);
+    x.set(prefixKey("p"), prefixInfo(4, 64, { "c:1": 2 }));
+    assert.deepEqual(scores(s, [a, b, c], x), [0, 0, 0.5]);
+    assert.deepEqual(scores(s, [a, b], x), [0, 0], "another length");
+  });
   it("scores the cycle's own candidates from the match list alike (matched endpoints outside them ignored)", () => {
     const s = new PrefixCacheScorer(
       "s",

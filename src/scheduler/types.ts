@@ -155,7 +155,8 @@ export interface Scorer extends Plugin {
   readonly category: ScorerCategory;
   /**
    * Scores index-aligned with `endpoints` (a map in llm-d; an array here avoids hashing on the
-   * hot path). Values are meant to lie in [0,1]; the framework clamps and maps NaN to 0.
+   * hot path). Values are meant to lie in [0,1]; the framework clamps and maps NaN to 0. The
+   * array may be one the scorer reuses on its next call: callers read it before calling again.
    */
   score(cycle: CycleState, endpoints: readonly EndpointState[]): ArrayLike<number>;
 }

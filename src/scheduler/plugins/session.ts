@@ -10,7 +10,7 @@
  */
 import { z } from "zod";
 import { spec } from "../plugin-spec.ts";
-import { zeroedScores } from "../scores.ts";
+import { ScoreBuffer } from "../scores.ts";
 import type {
   CycleState,
   EndpointState,
@@ -157,8 +157,10 @@ export class SessionAffinityScorer extends SessionAffinity implements Scorer {
     super("session-affinity-scorer", name, params);
   }
 
+  readonly #out = new ScoreBuffer();
+
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = zeroedScores(endpoints.length);
+    const out = this.#out.get(endpoints.length);
     if (endpoints.length === 0) return out;
     let i = this.boundIndex(cycle, endpoints);
     if (i < 0 && this.bySessionId) i = this.leastBoundIndex(endpoints);

@@ -11,7 +11,7 @@ import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
 import type { Rng } from "../../rng.ts";
 import { shuffleInPlace } from "../../rng.ts";
-import { zeroedScores } from "../../scores.ts";
+import { ScoreBuffer } from "../../scores.ts";
 import type { CycleState, EndpointState, Picker, TypedName } from "../../types.ts";
 
 export const pickerParams = z.strictObject({ maxNumOfEndpoints: z.number().int().positive().default(1) });
@@ -86,6 +86,7 @@ export class RandomPicker implements Picker {
 
 export class WeightedRandomPicker implements Picker {
   readonly typedName: TypedName;
+  readonly #keys = new ScoreBuffer();
 
   constructor(
     name: string,
@@ -100,7 +101,7 @@ export class WeightedRandomPicker implements Picker {
     let anyPositive = false;
     for (let i = 0; i < n; i++) if (scores[i] > 0) anyPositive = true;
     if (!anyPositive) return new RandomPicker(this.typedName.name, this.params).pick(cycle, endpoints);
-    const keys = zeroedScores(n);
+    const keys = this.#keys.get(n);
     for (let i = 0; i < n; i++) keys[i] = scores[i] > 0 ? cycle.rng.next() ** (1 / scores[i]) : 0;
     if (this.params.maxNumOfEndpoints === 1) return [argmaxRandomTie(cycle.rng, keys, n)];
     return indices(n)

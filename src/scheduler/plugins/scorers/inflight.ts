@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
-import { zeroedScores } from "../../scores.ts";
+import { ScoreBuffer } from "../../scores.ts";
 import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
@@ -21,6 +21,7 @@ abstract class InflightScorer implements Scorer {
   readonly typedName: TypedName;
   readonly category = "distribution" as const;
   protected readonly key: DataKey<InFlightInfo>;
+  protected readonly out = new ScoreBuffer();
 
   constructor(type: string, name: string, producerName: string) {
     this.typedName = { type, name };
@@ -43,8 +44,8 @@ function requestCounts(
   cycle: CycleState,
   endpoints: readonly EndpointState[],
   info: InFlightInfo,
+  out: Float64Array,
 ): Float64Array {
-  const out = zeroedScores(endpoints.length);
   const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
   if (at !== null) {
     const requests = at.requests;
@@ -72,7 +73,7 @@ export class ActiveRequestScorer extends InflightScorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const counts = requestCounts(cycle, endpoints, this.info(cycle));
+    const counts = requestCounts(cycle, endpoints, this.info(cycle), this.out.get(endpoints.length));
     const idle = this.params.idleThreshold;
     const busy = this.params.maxBusyScore;
     const n = counts.length;
@@ -103,7 +104,7 @@ export class TokenLoadScorer extends InflightScorer {
     const info = this.info(cycle);
     const threshold = this.params.queueThresholdTokens;
     const n = endpoints.length;
-    const out = zeroedScores(n);
+    const out = this.out.get(n);
     const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
     const same = info.uncachedForAll?.() ?? null;
     if (at !== null && same !== null) {
@@ -133,7 +134,8 @@ export class LeastRequestScorer extends InflightScorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    return minMaxLowerIsBetter(requestCounts(cycle, endpoints, this.info(cycle)));
+    const counts = requestCounts(cycle, endpoints, this.info(cycle), this.out.get(endpoints.length));
+    return minMaxLowerIsBetter(counts);
   }
 }
 

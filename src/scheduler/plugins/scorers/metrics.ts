@@ -8,7 +8,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
-import { zeroedScores } from "../../scores.ts";
+import { ScoreBuffer } from "../../scores.ts";
 import type {
   CycleState,
   EndpointMetrics,
@@ -18,9 +18,9 @@ import type {
   TypedName,
 } from "../../types.ts";
 
-/** Min-max normalisation, lower raw value = better. NaN marks "no metrics" (scores 0). */
+/** Min-max normalisation, lower raw value = better, in place. NaN marks "no metrics" (scores 0). */
 export function minMaxLowerIsBetter(values: Float64Array): Float64Array {
-  const out = zeroedScores(values.length);
+  const out = values;
   let min = Number.POSITIVE_INFINITY;
   let max = Number.NEGATIVE_INFINITY;
   for (const v of values) {
@@ -48,9 +48,11 @@ class MinMaxMetricScorer implements Scorer {
     this.typedName = { type, name };
   }
 
+  readonly #out = new ScoreBuffer();
+
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     // minMaxLowerIsBetter(raw) computed in place: one array instead of two.
-    const out = zeroedScores(endpoints.length);
+    const out = this.#out.get(endpoints.length);
     let min = Number.POSITIVE_INFINITY;
     let max = Number.NEGATIVE_INFINITY;
     for (let i = 0; i < endpoints.length; i++) {
@@ -77,8 +79,10 @@ export class KvCacheUtilizationScorer implements Scorer {
     this.typedName = { type: "kv-cache-utilization-scorer", name };
   }
 
+  readonly #out = new ScoreBuffer();
+
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = zeroedScores(endpoints.length);
+    const out = this.#out.get(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const m = endpoints[i].metrics;
       out[i] = m === null ? 0 : 1 - m.kvCacheUsagePercent;
@@ -100,8 +104,10 @@ export class LoadAwareScorer implements Scorer {
     this.typedName = { type: "load-aware-scorer", name };
   }
 
+  readonly #out = new ScoreBuffer();
+
   score(_cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = zeroedScores(endpoints.length);
+    const out = this.#out.get(endpoints.length);
     for (let i = 0; i < endpoints.length; i++) {
       const m = endpoints[i].metrics;
       if (m === null) continue;

@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
-import { zeroedScores } from "../../scores.ts";
+import { ScoreBuffer } from "../../scores.ts";
 import type {
   CycleState,
   DataKey,
@@ -46,9 +46,11 @@ export class NoHitLruScorer implements Scorer, PreRequestHook {
     return { required: [this.#key] };
   }
 
+  readonly #out = new ScoreBuffer();
+
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const n = endpoints.length;
-    const out = zeroedScores(n);
+    const out = this.#out.get(n);
     const info = cycle.get(this.#key);
     if (info?.anyMatch) return out.fill(0.5);
     if (n === 1) return out.fill(1);

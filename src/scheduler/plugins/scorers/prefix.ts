@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
-import { zeroedScores } from "../../scores.ts";
+import { ScoreBuffer } from "../../scores.ts";
 import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
 import type { PrefixMatchInfo } from "../data.ts";
 import { prefixKey } from "../data.ts";
@@ -24,6 +24,7 @@ export class PrefixCacheScorer implements Scorer {
   readonly typedName: TypedName;
   readonly category = "affinity" as const;
   readonly #key: DataKey<PrefixMatchInfo>;
+  readonly #out = new ScoreBuffer();
 
   constructor(
     name: string,
@@ -39,7 +40,7 @@ export class PrefixCacheScorer implements Scorer {
   }
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
-    const out = zeroedScores(endpoints.length);
+    const out = this.#out.get(endpoints.length);
     const info = cycle.get(this.#key);
     if (info === undefined || info.totalBlocks <= 0) return out;
     // Endpoints without a match score 0, so when the producer lists its matches and the cycle keeps
