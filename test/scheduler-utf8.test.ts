@@ -1,8 +1,11 @@
 // writeUtf8 (prompt flattening's encoder) against TextEncoder on random text of every kind.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import { createXxHasher } from "../src/scheduler/hash.ts";
+import { flattenPrompt, transientPrompt } from "../src/scheduler/plugins/prefix/hashing.ts";
 import { writeUtf8 } from "../src/scheduler/plugins/prefix/utf8.ts";
 import { createRng } from "../src/scheduler/rng.ts";
+import { chat, cycleFor } from "../src/scheduler/testing.ts";
 
 const POOLS = [
   'abc xyz{}"\\\n\t~',
@@ -42,5 +45,27 @@ describe("writeUtf8", () => {
     assert.equal(writeUtf8(b, 3, "wörld"), 6);
     assert.deepEqual([...b.subarray(3, 9)], [...new TextEncoder().encode("wörld")]);
     assert.equal(new TextDecoder().decode(a.subarray(0, 5)), "hello");
+  });
+});
+
+describe("prompt flattening through writeUtf8", () => {
+  it("gives TextEncoder's bytes for prompts that grow the scratch memory part-way (ASCII and not)", async () => {
+    const hasher = await createXxHasher();
+    const enc = new TextEncoder();
+    for (const size of [1000, 70_000, 300_000]) {
+      const messages = [
+        { role: "system", content: "x".repeat(size) },
+        { role: "user", content: "héllo ✓ wörld 😀 ".repeat(size / 16) },
+        { role: "assistant", content: "y".repeat(size / 3) },
+      ];
+      const req = { ...chat("r", "", ""), prompt: { kind: "chat" as const, messages } };
+      const want = [...enc.encode(messages.map((m) => m.role + m.content).join(""))];
+      const transient = transientPrompt(cycleFor(req, []), hasher).segments[0] as { bytes: Uint8Array };
+      assert.ok(
+        transient.bytes.length === want.length && [...transient.bytes].every((b, i) => b === want[i]),
+      );
+      const owned = flattenPrompt(req, hasher).segments[0] as { bytes: Uint8Array };
+      assert.ok(owned.bytes.length === want.length && [...owned.bytes].every((b, i) => b === want[i]));
+    }
   });
 });
