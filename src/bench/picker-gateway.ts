@@ -6,13 +6,10 @@
  * interleaved pair by pair (random order within a pair) so both paths share the machine's noise;
  * sequential and at a small concurrency. Reports p50/p90/p99 per path and the added latency.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { createRng } from "../scheduler/rng.ts";
+import { type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
 import { type Percentiles, percentiles } from "./picker-decision.ts";
-
-const KVGATE_BIN = fileURLToPath(new URL("../../bin/kvgate", import.meta.url));
 
 export interface GatewayBenchOptions {
   /** Measured request pairs per concurrency level (after warm-up). */
@@ -43,54 +40,6 @@ export interface GatewayBenchResult {
   model: string;
   timeScale: number;
   levels: GatewayLevel[];
-}
-
-interface Spawned {
-  child: ChildProcess;
-  url: string;
-  banner: string;
-  stop(): Promise<void>;
-}
-
-/** Spawns `bin/kvgate <args>` and waits for its "listening on http://…" line. */
-async function spawnKvgate(args: string[], timeoutMs = 30_000): Promise<Spawned> {
-  const child = spawn(process.execPath, [KVGATE_BIN, ...args], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  let err = "";
-  child.stdout?.setEncoding("utf8").on("data", (d: string) => (out += d));
-  child.stderr?.setEncoding("utf8").on("data", (d: string) => (err += d));
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  const banner = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`kvgate ${args[0]} did not start within ${timeoutMs} ms; stderr: ${err}`));
-    }, timeoutMs);
-    const check = () => {
-      const line = out.split("\n").find((l) => / listening on http:\/\//.test(l));
-      if (line === undefined) return;
-      clearTimeout(timer);
-      child.stdout?.off("data", check);
-      resolve(line);
-    };
-    child.stdout?.on("data", check);
-    void exited.then(() => {
-      clearTimeout(timer);
-      reject(new Error(`kvgate ${args[0]} exited before starting; stderr: ${err}`));
-    });
-  });
-  const url = (/listening on (http:\/\/\S+)/.exec(banner) as RegExpExecArray)[1];
-  return {
-    child,
-    url,
-    banner,
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), 5000);
-      await exited;
-      clearTimeout(t);
-    },
-  };
 }
 
 /** POSTs `body` and reads the whole response; returns the status. */
@@ -161,7 +110,7 @@ export async function runGatewayBench(
   o: GatewayBenchOptions,
   log: (s: string) => void,
 ): Promise<GatewayBenchResult> {
-  const replica = await spawnKvgate([
+  const replica = await spawnKvgate("sim-replica", [
     "sim-replica",
     "--host",
     "127.0.0.1",
@@ -172,11 +121,11 @@ export async function runGatewayBench(
     "--seed",
     String(o.seed),
   ]);
-  let gw: Spawned | null = null;
+  let gw: Child | null = null;
   const pools: Pool[] = [];
   try {
     const replicaHost = new URL(replica.url).host;
-    gw = await spawnKvgate([
+    gw = await spawnKvgate("gateway", [
       "serve",
       "--host",
       "127.0.0.1",
@@ -223,7 +172,6 @@ export async function runGatewayBench(
     return { replica: replica.banner, gateway: gw.banner, model, timeScale: o.timeScale, levels };
   } finally {
     await Promise.all(pools.map((p) => p.close().catch(() => {})));
-    await gw?.stop();
-    await replica.stop();
+    await stopAll(gw === null ? [replica] : [gw, replica]);
   }
 }

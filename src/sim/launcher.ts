@@ -1,7 +1,7 @@
 /**
  * Starts kvgate processes (simulated replicas, the gateway) as children of this process, waits for
  * each one's startup line, and makes sure none outlives its parent: `stopAll()` sends SIGTERM then
- * SIGKILL, and a process-exit hook kills whatever is left. Used by the demo.
+ * SIGKILL, and a process-exit hook kills whatever is left. Used by the demo and bench:picker.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -13,6 +13,8 @@ export interface Child {
   proc: ChildProcess;
   /** The URL from the startup line ("... listening on http://host:port ..."). */
   url: string;
+  /** That startup line. */
+  banner: string;
   /** Everything the process wrote to stderr (kept for error messages). */
   stderr(): string;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -61,7 +63,8 @@ export function spawnKvgate(name: string, args: string[], timeoutMs = 30_000): P
       clearTimeout(timer);
       proc.stdout!.off("data", onData);
       proc.stdout!.resume();
-      resolve({ name, proc, url: m[1].replace(/[,;]$/, ""), stderr: () => err, exited });
+      const banner = out.split("\n").find((l) => l.includes(m[0])) ?? m[0];
+      resolve({ name, proc, url: m[1].replace(/[,;]$/, ""), banner, stderr: () => err, exited });
     };
     proc.stdout!.on("data", onData);
     void exited.then(({ code, signal }) => {
