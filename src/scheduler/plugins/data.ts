@@ -24,6 +24,26 @@ export interface PrefixMatchInfo {
   matches?(): ReadonlyMap<string, number>;
 }
 
+/** PrefixMatchInfo over a map of the matched endpoints (those absent match 0); producers extend it. */
+export class MapMatchInfo implements PrefixMatchInfo {
+  constructor(
+    readonly totalBlocks: number,
+    readonly blockSizeTokens: number,
+    readonly promptTokens: number,
+    /** Endpoints with a match, and their matchBlocks(). */
+    readonly counts: Map<string, number>,
+  ) {}
+  get anyMatch(): boolean {
+    return this.counts.size > 0;
+  }
+  matchBlocks(endpointId: string): number {
+    return this.counts.get(endpointId) ?? 0;
+  }
+  matches(): ReadonlyMap<string, number> {
+    return this.counts;
+  }
+}
+
 export interface InFlightLoad {
   requests: number;
   tokens: number;

@@ -39,7 +39,7 @@ import type {
   TypedName,
 } from "../types.ts";
 import type { PrefixMatchInfo } from "./data.ts";
-import { prefixKey } from "./data.ts";
+import { MapMatchInfo, prefixKey } from "./data.ts";
 
 export const PRECISE_PREFIX_TYPE = "precise-prefix-cache-producer";
 const PREFILL_PROFILE = "prefill";
@@ -88,28 +88,21 @@ export const precisePrefixParams = z.strictObject({
 export type PrecisePrefixParams = z.output<typeof precisePrefixParams>;
 
 /** The prefix-match-info datum; matchBlocks is the tier-weighted LongestPrefix score. */
-export class PreciseMatchInfo implements PrefixMatchInfo {
+export class PreciseMatchInfo extends MapMatchInfo {
   constructor(
-    readonly totalBlocks: number,
-    readonly blockSizeTokens: number,
-    readonly promptTokens: number,
-    /** Endpoints with a match: weighted score and plain block count. */
-    readonly scores: Map<string, number>,
+    totalBlocks: number,
+    blockSizeTokens: number,
+    promptTokens: number,
+    /** Endpoints with a match: weighted score (matchBlocks) and plain block count (heldBlocks). */
+    scores: Map<string, number>,
     readonly held: Map<string, number>,
     readonly keys: BlockKeys,
-  ) {}
-  get anyMatch(): boolean {
-    return this.scores.size > 0;
-  }
-  matchBlocks(endpointId: string): number {
-    return this.scores.get(endpointId) ?? 0;
+  ) {
+    super(totalBlocks, blockSizeTokens, promptTokens, scores);
   }
   /** Consecutive blocks from block 0 the endpoint holds on any weighted tier, unweighted. */
   heldBlocks(endpointId: string): number {
     return this.held.get(endpointId) ?? 0;
-  }
-  matches(): ReadonlyMap<string, number> {
-    return this.scores;
   }
 }
 

@@ -130,29 +130,20 @@ export class PrefixCacheAffinityFilter implements Filter {
     const n = endpoints.length;
     isSticky.fill(0, 0, n);
     const matched = info.matches?.();
+    const positions = matched !== undefined ? cycle.positions(endpoints) : null;
     const sticky: EndpointState[] = [];
-    if (matched !== undefined && matched.size <= 32) {
-      const ids: string[] = [];
-      for (const [id, blocks] of matched) if (blocks / info.totalBlocks >= threshold) ids.push(id);
-      const positions = cycle.positions(endpoints);
-      if (positions !== null) {
-        const at: number[] = [];
-        for (const id of ids) {
-          const i = positions.indexOf(id);
-          if (i >= 0 && isSticky[i] === 0) {
-            isSticky[i] = 1;
-            at.push(i);
-          }
+    if (matched !== undefined && positions !== null) {
+      const at: number[] = [];
+      for (const [id, blocks] of matched) {
+        if (blocks / info.totalBlocks < threshold) continue;
+        const i = positions.indexOf(id);
+        if (i >= 0 && isSticky[i] === 0) {
+          isSticky[i] = 1;
+          at.push(i);
         }
-        at.sort((a, b) => a - b);
-        for (const i of at) sticky.push(endpoints[i]);
-        return sticky;
       }
-      for (let i = 0; i < n; i++) {
-        if (!ids.includes(endpoints[i].id)) continue;
-        isSticky[i] = 1;
-        sticky.push(endpoints[i]);
-      }
+      at.sort((a, b) => a - b);
+      for (const i of at) sticky.push(endpoints[i]);
       return sticky;
     }
     for (let i = 0; i < n; i++) {

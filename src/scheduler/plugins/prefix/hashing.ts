@@ -247,7 +247,7 @@ export function chainHashes(
 }
 
 /**
- * chainHashes() as packed (lo, hi) uint32 pairs, the prefix index's hot-path format: in one call
+ * chainHashes() as PackedHashes, the prefix index's hot-path format: in one call
  * when the hasher has a chain fast path, else via `cache` (or chainHashes) and packing.
  */
 export function chainHashesPacked(

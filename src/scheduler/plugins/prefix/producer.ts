@@ -19,7 +19,7 @@ import type {
   TypedName,
 } from "../../types.ts";
 import type { PrefixMatchInfo } from "../data.ts";
-import { prefixKey } from "../data.ts";
+import { MapMatchInfo, prefixKey } from "../data.ts";
 import { ChainCache } from "./chain-cache.ts";
 import { chainHashesPacked, flatPrompt, rootHash, transientPrompt } from "./hashing.ts";
 import { ApproxPrefixIndex } from "./indexer.ts";
@@ -41,23 +41,16 @@ export const approxPrefixParams = z.strictObject({
 });
 export type ApproxPrefixParams = z.output<typeof approxPrefixParams>;
 
-class MatchInfo implements PrefixMatchInfo {
+class MatchInfo extends MapMatchInfo {
   constructor(
-    readonly totalBlocks: number,
-    readonly blockSizeTokens: number,
-    readonly promptTokens: number,
-    readonly counts: Map<string, number>,
-    /** Per prompt, its block hashes as packed (lo, hi) uint32 pairs. */
+    totalBlocks: number,
+    blockSizeTokens: number,
+    promptTokens: number,
+    counts: Map<string, number>,
+    /** Per prompt, its block hashes (PackedHashes), for the index to learn after the pick. */
     readonly hashes: PackedHashes[],
-  ) {}
-  get anyMatch(): boolean {
-    return this.counts.size > 0;
-  }
-  matchBlocks(endpointId: string): number {
-    return this.counts.get(endpointId) ?? 0;
-  }
-  matches(): ReadonlyMap<string, number> {
-    return this.counts;
+  ) {
+    super(totalBlocks, blockSizeTokens, promptTokens, counts);
   }
 }
 
