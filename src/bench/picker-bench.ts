@@ -105,10 +105,6 @@ if (gc === undefined)
     "note: run with node --expose-gc (as npm run bench:picker does) to isolate cells from each other's garbage",
   );
 
-function collectGarbage(): void {
-  gc?.();
-}
-
 /** Constant work (~30 µs of integer math) timed like a decision: the machine's own jitter. */
 function calibrate(n: number): Percentiles {
   const a = new Int32Array(4096);
@@ -233,7 +229,7 @@ async function main(): Promise<void> {
       // The previous cell's scheduler (a multi-MB index) is garbage now, all at once, which a
       // gateway never produces: collect it before timing, or its major GC (concurrent marking,
       // slower stores while it runs) lands in this cell. Needs --expose-gc (npm run sets it).
-      collectGarbage();
+      gc?.();
       const { scheduler } = await createScheduler(text, { seed: 1 + rep });
       const endpoints = makeEndpoints(cell.n, cell.config === "pd");
       const run = runDecisions(
