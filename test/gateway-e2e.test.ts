@@ -171,6 +171,16 @@ test("killing a replica mid-run loses no request that had not started streaming"
     seed: 3,
     log: () => {},
   });
+  const victim = fleet[0];
+  // The victim is cut while it runs a non-streaming request (max_tokens 40; streams ask for 41):
+  // only such a request, reset before its first byte, must fail over (and be counted as a reset).
+  let plainOnVictim = 0;
+  const engine = victim.server.engine;
+  const addRequest = engine.addRequest.bind(engine);
+  engine.addRequest = (r, now) => {
+    if (r.maxTokens === 40) plainOnVictim++;
+    addRequest(r, now);
+  };
   try {
     await ready(g, 3);
     const c = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: "unused", maxRetries: 0, timeout: 30_000 });
@@ -184,11 +194,10 @@ test("killing a replica mid-run loses no request that had not started streaming"
     const streams = Array.from({ length: 6 }, (_, i) =>
       fetch(`${g.url}/v1/completions`, {
         method: "POST",
-        body: JSON.stringify({ model: "m", prompt: `stream ${i}`, max_tokens: 40, stream: true }),
+        body: JSON.stringify({ model: "m", prompt: `stream ${i}`, max_tokens: 41, stream: true }),
       }).then(async (res) => ({ status: res.status, text: await res.text() })),
     );
-    const victim = fleet[0];
-    await waitFor(() => victim.server.engine.stats().numRequestsRunning > 0, "victim busy");
+    await waitFor(() => plainOnVictim > 0 && engine.stats().numRequestsRunning > 0, "victim busy");
     await victim.close();
     const results = await Promise.allSettled(plain);
     const lost = results.filter((r) => r.status === "rejected");
