@@ -83,10 +83,23 @@ describe("theoretical limits", () => {
     });
     assert.equal(g.decode_step_s, step.total);
     assert.equal(g.decode_output_tokens_per_s, (2 * g.concurrency_per_replica) / step.total);
-    assert.equal(
-      g.output_tokens_per_s,
-      Math.min(g.prefill_output_tokens_per_s, g.decode_output_tokens_per_s),
-    );
     for (const r of Object.values(l.regimes)) assert.ok(r.resident_fits);
+  });
+
+  it("bounds the fleet by steps that carry prefill and decode together", () => {
+    const g = l.regimes.zero;
+    // 81 uncached prompt tokens per 100 output tokens: each step decodes C and prefills 0.81·C.
+    const c = g.concurrency_per_replica;
+    assert.equal(g.mixed_concurrency_per_replica, c);
+    const step = stepTime(profile, {
+      prefills: [{ tokens: c * 0.81, context: Math.max(0, 81 / 2 - (c * 0.81) / 2) }],
+      decodeContexts: new Array(c).fill(131),
+    }).total;
+    assert.equal(g.mixed_step_s, step);
+    assert.equal(g.mixed_output_tokens_per_s, (2 * c) / step);
+    // Sharing steps costs time: tighter than both single-phase bounds, and it is the ceiling.
+    assert.ok(g.mixed_output_tokens_per_s < g.prefill_output_tokens_per_s);
+    assert.ok(g.mixed_output_tokens_per_s < g.decode_output_tokens_per_s);
+    assert.equal(g.output_tokens_per_s, g.mixed_output_tokens_per_s);
   });
 });

@@ -7,7 +7,13 @@
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
-import { formatComparison, formatLimits, formatRouter } from "../sim/fleet/format.ts";
+import {
+  formatComparison,
+  formatLimits,
+  formatRouter,
+  formatSaturatedStages,
+  formatVerdicts,
+} from "../sim/fleet/format.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
 
@@ -57,6 +63,9 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   console.log(`== comparison (${sc.name}, simulated seconds)`);
   console.log(formatComparison(res));
   console.log("");
+  for (const section of [formatSaturatedStages(res), formatVerdicts(res)]) {
+    if (section) console.log(`${section}\n`);
+  }
   console.log(formatLimits(res.limits));
   console.error(`total wall ${res.wall_clock.total_s.toFixed(1)} s`);
   if (f.json) {

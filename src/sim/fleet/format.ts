@@ -91,9 +91,24 @@ export function formatRouter(o: RouterOutcome): string {
   return lines.join("\n");
 }
 
+/** The fleet's ceiling: the best regime's (limits.ts), output tokens/s. */
+export function fleetCeiling(l: Limits): number {
+  return Math.max(...Object.values(l.regimes).map((g) => g.output_tokens_per_s));
+}
+
+/**
+ * A stage's ceiling: the fleet's, or the stage's offered output (rate × mean output tokens) when
+ * that is lower. A stage is saturated when its offered output reaches the fleet's ceiling.
+ */
+export function stageCeiling(l: Limits, rate: number): { ceiling: number; saturated: boolean } {
+  const fleet = fleetCeiling(l);
+  const offered = rate * l.output_tokens_mean;
+  return { ceiling: Math.min(fleet, offered), saturated: offered >= fleet };
+}
+
 /** All routers side by side, with output throughput as a share of the best ceiling. */
 export function formatComparison(res: SimResults): string {
-  const ceiling = Math.max(...Object.values(res.limits.regimes).map((g) => g.output_tokens_per_s));
+  const ceiling = fleetCeiling(res.limits);
   const wall = new Map(res.wall_clock.routers.map((w) => [w.router, w]));
   return table(
     [...HEAD, "preempt", "of ceiling", "wall s", "cpu s"],
@@ -107,6 +122,108 @@ export function formatComparison(res: SimResults): string {
   );
 }
 
+/**
+ * Per saturated stage (offered output ≥ the fleet's ceiling), each router's output tokens/s as a
+ * share of the ceiling; "" when the workload has no saturated stage.
+ */
+export function formatSaturatedStages(res: SimResults): string {
+  const first = res.runs[0];
+  if (first === undefined) return "";
+  const stages = first.stages.filter((s) => !s.warmup && stageCeiling(res.limits, s.rate).saturated);
+  if (stages.length === 0) return "";
+  const ceiling = fleetCeiling(res.limits);
+  const rows = stages.map((st) => [
+    `${st.index}`,
+    fix(st.rate, 0),
+    ...res.runs.map((r) => {
+      const s = r.stages.find((x) => x.index === st.index);
+      return s?.output_tokens_per_s == null ? "-" : pct(s.output_tokens_per_s / ceiling);
+    }),
+  ]);
+  return [
+    `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling`,
+    table(["stage", "QPS", ...res.runs.map((r) => r.router)], rows),
+  ].join("\n");
+}
+
+interface Ranked {
+  value: number;
+  rank: number;
+  best: SimRun;
+}
+
+/** Rank of `r` among runs by `metric` (1 = best); `higher` says which way is better. */
+function ranked(
+  runs: SimRun[],
+  r: SimRun,
+  metric: (x: SimRun) => number | null,
+  higher: boolean,
+): Ranked | null {
+  const v = metric(r);
+  if (v === null || !Number.isFinite(v)) return null;
+  const vals = runs.map((x) => ({ x, v: metric(x) })).filter((e) => e.v !== null && Number.isFinite(e.v));
+  vals.sort((a, b) => (higher ? (b.v as number) - (a.v as number) : (a.v as number) - (b.v as number)));
+  const rank = 1 + vals.filter((e) => (higher ? (e.v as number) > v : (e.v as number) < v)).length;
+  return { value: v, rank, best: vals[0].x };
+}
+
+function rel(value: number, best: number): string {
+  if (best === 0) return "";
+  const d = (value / best - 1) * 100;
+  return `${d >= 0 ? "+" : ""}${d.toFixed(1)}%`;
+}
+
+/**
+ * One line per router: where it ranks on output tokens/s and TTFT p90/p99 (against the best
+ * router on each), and the fleet figures that explain it — prefix-cache hit rate, preemptions
+ * and KV spread (mean of max − min KV usage across replicas at each scrape).
+ */
+const out = (x: SimRun) => x.output_tokens_per_s;
+const ttft90 = (x: SimRun) => x.ttft_p90_s;
+const ttft99 = (x: SimRun) => x.ttft_p99_s;
+const secs = (v: number) => `${fix(v, 3)} s`;
+
+export function formatVerdicts(res: SimResults): string {
+  const runs = res.runs;
+  if (runs.length < 2) return "";
+  const spread = (r: SimRun) =>
+    r.fleet?.kv_usage_max != null && r.fleet?.kv_usage_min != null
+      ? r.fleet.kv_usage_max - r.fleet.kv_usage_min
+      : null;
+  const lines = runs.map((r) => {
+    const tput = ranked(runs, r, out, true);
+    const p90 = ranked(runs, r, ttft90, false);
+    const p99 = ranked(runs, r, ttft99, false);
+    const part = (
+      label: string,
+      k: Ranked | null,
+      metric: (x: SimRun) => number | null,
+      f: (v: number) => string,
+    ) => {
+      if (k === null) return `${label} -`;
+      if (k.rank === 1) return `${label} ${f(k.value)} (best)`;
+      return `${label} ${f(k.value)} (#${k.rank}, ${rel(k.value, metric(k.best) ?? 0)} vs ${k.best.router})`;
+    };
+    const why: string[] = [];
+    const hits = runs.map((x) => x.prefix_cache_hit_rate ?? 0);
+    const bestHit = Math.max(...hits);
+    const hit = r.prefix_cache_hit_rate ?? 0;
+    if (bestHit > 0)
+      why.push(`hit rate ${pct(hit)}${hit < bestHit - 0.005 ? ` (best ${pct(bestHit)})` : ""}`);
+    const pre = r.fleet?.preemptions ?? 0;
+    const minPre = Math.min(...runs.map((x) => x.fleet?.preemptions ?? 0));
+    why.push(`${int(pre)} preemptions${pre > minPre ? ` (fewest ${int(minPre)})` : ""}`);
+    const sp = spread(r);
+    if (sp !== null) why.push(`KV spread ${(sp * 100).toFixed(1)} pts`);
+    return `${r.router}: ${[
+      part("out tok/s", tput, out, int),
+      part("TTFT p90", p90, ttft90, secs),
+      part("TTFT p99", p99, ttft99, secs),
+    ].join("; ")} — ${why.join(", ")}`;
+  });
+  return ["verdict:", ...lines].join("\n");
+}
+
 function regimeRow(name: string, g: RegimeLimit): string[] {
   return [
     name,
@@ -118,6 +235,7 @@ function regimeRow(name: string, g: RegimeLimit): string[] {
     int(g.concurrency_per_replica),
     ms(g.decode_step_s),
     int(g.decode_output_tokens_per_s),
+    int(g.mixed_output_tokens_per_s),
     int(g.output_tokens_per_s),
   ];
 }
@@ -139,6 +257,7 @@ export function formatLimits(l: Limits): string {
         "live/replica",
         "decode step ms",
         "decode-bound out tok/s",
+        "mixed-step out tok/s",
         "ceiling out tok/s",
       ],
       [
@@ -148,6 +267,7 @@ export function formatLimits(l: Limits): string {
       ],
     ),
     "(group prefix: every request but each group's first reuses its group's shared prefix; all repeats: " +
-      "every block seen before is reused, infinite KV)",
+      "every block seen before is reused, infinite KV. mixed-step: steps that decode the live requests " +
+      "and carry their share of prefill, as the engines run them; ceiling = the smallest bound)",
   ].join("\n");
 }

@@ -5,9 +5,9 @@
  *
  * - "zero": nothing is ever reused.
  * - "group": each request reuses its group's shared prefix — the longest block-aligned prefix it
- *   shares with another distinct prompt of its group (groupId, else sessionId) — except the first
- *   request of each group, which computes it: every request of a group goes to a replica already
- *   holding the group's prefix. Requests without a group reuse nothing.
+ *   shares with a distinct prompt of its group (groupId, else sessionId) that arrived before it —
+ *   except the first request of each group, which computes it: every request of a group goes to a
+ *   replica already holding the group's prefix. Requests without a group reuse nothing.
  * - "repeat": the fleet as one infinite cache under perfect routing: every full block any earlier
  *   request (in arrival order) computed is reused; the first occurrence of each block is computed
  *   once. With prompt sets that cycle (inference-perf's shared_prefix) this exceeds "group".
@@ -22,7 +22,13 @@
  *   reuses at least once, perfectly partitioned over the replicas) ÷ tokens a live request holds beyond it (uncached
  *   prompt + half its output, on average) = concurrent requests per replica (≤ max_num_seqs),
  *   ÷ the step time of that many decodes at mean context (prompt + half the output).
- * The regime's ceiling is the smaller one; it ignores prefill/decode interference in a step.
+ * - mixed-step: prefill and decode share the engine's steps, so neither bound above is reachable
+ *   on its own. In the steady state each step decodes C sequences and carries C·U/O prefill tokens
+ *   (U uncached prompt and O output tokens per request, on average), within max_num_batched_tokens;
+ *   its time is the same step-time model the engines run, and a replica makes C output tokens per
+ *   step. C is the KV-bound concurrency above (capped so the step fits the token budget); more
+ *   concurrency only helps (step time is affine in C), so C/T(C) at that C bounds the throughput.
+ * The regime's ceiling is the smallest of the three.
  */
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
@@ -42,6 +48,10 @@ export interface RegimeLimit {
   concurrency_per_replica: number;
   decode_step_s: number;
   decode_output_tokens_per_s: number;
+  /** Sequences per step in the mixed-step bound, and that step's time. */
+  mixed_concurrency_per_replica: number;
+  mixed_step_s: number;
+  mixed_output_tokens_per_s: number;
   output_tokens_per_s: number;
 }
 
@@ -96,25 +106,9 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   const groupOf = (r: RequestSpec) =>
     r.groupId !== undefined ? `g${r.groupId}` : r.sessionId !== undefined ? `s${r.sessionId}` : undefined;
 
-  // Each group's distinct prompts, to find every prompt's shared group prefix.
-  const groups = new Map<string, Set<PromptInfo>>();
-  for (const r of reqs) {
-    const g = groupOf(r);
-    if (g === undefined) continue;
-    let set = groups.get(g);
-    if (set === undefined) groups.set(g, (set = new Set()));
-    set.add(promptOf(r));
-  }
-  const groupPrefix = new Map<PromptInfo, number>();
-  for (const set of groups.values()) {
-    const list = [...set];
-    for (const p of list) {
-      let best = 0;
-      for (const q of list) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
-      groupPrefix.set(p, best);
-    }
-  }
-
+  // Each group's distinct prompts seen so far (arrival order): a request reuses the longest prefix it
+  // shares with one of them.
+  const groups = new Map<string, PromptInfo[]>();
   let promptSum = 0;
   let outputSum = 0;
   let groupHits = 0;
@@ -131,11 +125,16 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     const cap = Math.floor((p.tokens - 1) / bs);
     const g = groupOf(r);
     if (g !== undefined) {
-      const shared = Math.min(groupPrefix.get(p) ?? 0, cap);
+      let earlier = groups.get(g);
+      if (earlier === undefined) groups.set(g, (earlier = []));
+      let best = 0;
+      for (const q of earlier) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
       if (seenGroups.has(g)) {
+        const shared = Math.min(best, cap);
         groupHits += shared * bs;
         groupResident.set(g, Math.max(groupResident.get(g) ?? 0, shared * bs));
       } else seenGroups.add(g);
+      if (!earlier.includes(p)) earlier.push(p);
     }
     let k = 0;
     for (; k < cap; k++) {
@@ -179,6 +178,7 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
         : 0;
     const decodeOut = conc > 0 ? (fleet.replicas * conc) / dStep : 0;
     const prefillOut = reqRate * outputMean;
+    const mixed = mixedStep(fleet, conc, uncached, promptMean, outputMean);
     return {
       prefix_hit_rate: promptSum > 0 ? hits / promptSum : 0,
       uncached_prompt_tokens_mean: uncached,
@@ -190,7 +190,10 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       concurrency_per_replica: conc,
       decode_step_s: dStep,
       decode_output_tokens_per_s: decodeOut,
-      output_tokens_per_s: Math.min(prefillOut, decodeOut),
+      mixed_concurrency_per_replica: mixed.concurrency,
+      mixed_step_s: mixed.step,
+      mixed_output_tokens_per_s: mixed.output,
+      output_tokens_per_s: Math.min(prefillOut, decodeOut, mixed.output),
     };
   };
   return {
@@ -208,6 +211,32 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       repeat: regime(repeatHits, reused * bs),
     },
   };
+}
+
+/**
+ * The steady-state step of a replica running `conc` sequences: each step decodes C of them and
+ * prefills C·U/O tokens of the next ones (one chunk at the mean context of a prompt's uncached
+ * part), C capped so the step fits max_num_batched_tokens. Output tokens/s of the fleet.
+ */
+function mixedStep(
+  fleet: FleetConfig,
+  conc: number,
+  uncached: number,
+  promptMean: number,
+  outputMean: number,
+): { concurrency: number; step: number; output: number } {
+  if (conc <= 0 || outputMean <= 0) return { concurrency: 0, step: 0, output: 0 };
+  const perStep = uncached / outputMean;
+  const c = Math.max(1, Math.min(conc, Math.floor(fleet.maxNumBatchedTokens / (1 + perStep))));
+  const tokens = c * perStep;
+  const cached = Math.max(0, promptMean - uncached);
+  const context = Math.max(0, cached + uncached / 2 - tokens / 2);
+  const ctx = Math.round(promptMean + outputMean / 2);
+  const step = stepTime(fleet.profile, {
+    prefills: tokens > 0 ? [{ tokens, context }] : [],
+    decodeContexts: new Array(c).fill(ctx),
+  }).total;
+  return { concurrency: c, step, output: (fleet.replicas * c) / step };
 }
 
 function commonBlocks(a: readonly number[], b: readonly number[]): number {
