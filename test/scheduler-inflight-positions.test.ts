@@ -45,12 +45,12 @@ describe("in-flight counters by position", () => {
         requestId: req.requestId,
         profiles: { default: { target } },
       } as unknown as ScheduleResult;
-      p.preRequest(cycle, result);
+      p.preRequest(cycle, result, step);
       open.push({ req, target: target.id });
       while (open.length > 0 && rng.next() < 0.45) {
         const o = open.splice(rng.int(open.length), 1)[0];
         const served = rng.next() < 0.1 ? pool[rng.int(pool.length)].id : o.target;
-        if (rng.next() < 0.7) p.onResponseStarted(o.req, served);
+        if (rng.next() < 0.7) p.onResponseStarted(o.req, served, step + 0.5);
         p.onResponseComplete(o.req, served);
       }
     }

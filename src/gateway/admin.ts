@@ -53,7 +53,10 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       return json(res, 200, { status: gw.draining ? "draining" : "ok" });
     case "GET /endpoints": {
       const now = monotonicSeconds();
-      const snap = gw.data.store.snapshot(now);
+      const scheduler = gw.routing.scheduler;
+      const snap = gw.data.store
+        .snapshot(now)
+        .map((e) => ({ ...e, routing: scheduler.endpointViews(e.address) }));
       if (!gw.kvEvents.active)
         return json(res, 200, { endpoints: snap, ready: gw.data.store.readyCount(now) });
       const feeds = gw.kvEvents.views();

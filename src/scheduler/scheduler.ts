@@ -187,6 +187,13 @@ export class Scheduler {
     for (const p of this.plugins.values()) p.retainEndpoints?.(keep);
   }
 
+  /** Per plugin name, what that plugin knows of one endpoint (in-flight load, learned rates). */
+  endpointViews(endpointId: string): Record<string, Record<string, unknown>> {
+    const out: Record<string, Record<string, unknown>> = {};
+    for (const [name, p] of this.plugins) if (p.endpointView) out[name] = p.endpointView(endpointId);
+    return out;
+  }
+
   /** Counters by plugin name, for metrics (e.g. prefix indexSize and hitRatio). */
   stats(): Record<string, PluginStats> {
     const out: Record<string, PluginStats> = {};

@@ -139,6 +139,8 @@ export interface Plugin {
   stats?(): PluginStats;
   /** Drop per-endpoint state for endpoints no longer in the pool. */
   retainEndpoints?(pool: ReadonlySet<string>): void;
+  /** What the plugin knows of one endpoint, for the admin API's GET /endpoints. */
+  endpointView?(endpointId: string): Record<string, unknown>;
 }
 
 export interface Filter extends Plugin {

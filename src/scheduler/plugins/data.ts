@@ -63,6 +63,8 @@ export interface InFlightInfo {
   byPosition?(): { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> } | null;
   /** Optional: uncachedRequestTokens() when it is the same on every endpoint (nothing matched), else null. */
   uncachedForAll?(): number | null;
+  /** Optional: the endpoint's prefill tokens/s learned from its first-token times; undefined until known. */
+  prefillRate?(endpointId: string): number | undefined;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

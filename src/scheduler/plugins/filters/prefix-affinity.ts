@@ -1,8 +1,11 @@
 /**
- * prefix-cache-affinity-filter, "sticky until saturated" (llm-d, reference §3.4, §4.4).
+ * prefix-cache-affinity-filter, "sticky until saturated" (llm-d-router
+ * pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/plugin.go; llm-d blog 2026-08-17
+ * "Sticky until saturated").
  * Sticky endpoints have matchBlocks/totalBlocks ≥ affinityThreshold. None sticky → keep all.
  * With probability explorationProbability keep all. Load gate: estimated TTFT of an endpoint is
- * inFlightTokens / peakPrefillThroughput · 1000 ms; if the best sticky endpoint is more than
+ * inFlightTokens / prefill rate · 1000 ms — the endpoint's rate learned from its first-token times
+ * (learnPrefillThroughput, kvgate) or peakPrefillThroughput; if the best sticky endpoint is more than
  * maxTTFTPenaltyMs slower than the best non-sticky one, keep all (break stickiness); 0 = always
  * stick. Otherwise keep only the sticky endpoints.
  */
@@ -23,6 +26,11 @@ export const affinityParams = z
     ttftSource: z.enum(["prefillThroughput", "latencyPredictor"]).default("prefillThroughput"),
     /** Tokens/s; Qwen3-32B on 2×H100 TP2, vLLM 0.19 (llm-d calibration). */
     peakPrefillThroughput: z.number().nonnegative().default(15928),
+    /**
+     * kvgate: use each endpoint's prefill rate learned from its first-token times (the in-flight
+     * producer's), with peakPrefillThroughput only until one is learned. false = llm-d's fixed rate.
+     */
+    learnPrefillThroughput: z.boolean().default(true),
     prefixMatchInfoProducerName: z.string().min(1).optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
   })
@@ -93,7 +101,9 @@ export class PrefixCacheAffinityFilter implements Filter {
     if (this.#inflight !== null && sticky.length < n) {
       const load = cycle.get(this.#inflight);
       if (load === undefined) return this.#done("not-applicable", endpoints);
-      const ttft = (id: string) => (load.tokens(id) / p.peakPrefillThroughput) * 1000;
+      const learned = p.learnPrefillThroughput ? load.prefillRate?.bind(load) : undefined;
+      const rate = (id: string) => learned?.(id) ?? p.peakPrefillThroughput;
+      const ttft = (id: string) => (load.tokens(id) / rate(id)) * 1000;
       let bestSticky = Number.POSITIVE_INFINITY;
       for (const e of sticky) {
         const t = ttft(e.id);
@@ -106,7 +116,10 @@ export class PrefixCacheAffinityFilter implements Filter {
         const at = endpoints === cycle.candidates ? (load.byPosition?.() ?? null) : null;
         for (let i = 0; i < n; i++) {
           if (isSticky[i] === 1) continue;
-          const t = at !== null ? (at.tokens[i] / p.peakPrefillThroughput) * 1000 : ttft(endpoints[i].id);
+          const t =
+            at !== null && learned === undefined
+              ? (at.tokens[i] / p.peakPrefillThroughput) * 1000
+              : ttft(endpoints[i].id);
           if (t < bestRest) bestRest = t;
         }
         if (bestSticky - bestRest > p.maxTTFTPenaltyMs) return this.#done("load-override", endpoints);
@@ -161,6 +174,15 @@ export class PrefixCacheAffinityFilter implements Filter {
 
   stats() {
     return { ...this.decisions };
+  }
+
+  /** The hand-set rate beside the learned one (the in-flight producer's view shows that). */
+  endpointView(): Record<string, unknown> {
+    return {
+      peakPrefillThroughput: this.params.peakPrefillThroughput,
+      learnPrefillThroughput: this.params.learnPrefillThroughput,
+      maxTTFTPenaltyMs: this.params.maxTTFTPenaltyMs,
+    };
   }
 }
 

@@ -25,6 +25,7 @@ import type { InFlightInfo, InFlightLoad, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, prefixKey } from "../data.ts";
 import { flatPrompt } from "../prefix/hashing.ts";
 import { PREFILL_PROFILE } from "../prefix/producer.ts";
+import { PrefillRateEstimator } from "./prefill-rate.ts";
 
 export const INFLIGHT_TYPE = "inflight-load-producer";
 
@@ -41,6 +42,9 @@ interface Entry {
   profile: string;
   tokens: number;
   holdsRequest: boolean;
+  /** Uncached prompt tokens (no output estimate) and the pick time: a prefill-rate sample. */
+  promptTokens: number;
+  pickedAt: number;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -49,6 +53,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly #prefix: DataKey<PrefixMatchInfo> | null;
   readonly #counters = new Counters();
   readonly #records = new Map<string, Entry[]>();
+  /** Each endpoint's prefill throughput, learned from pick → first-token times. */
+  readonly prefillRates = new PrefillRateEstimator();
 
   constructor(
     name: string,
@@ -93,12 +99,21 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       ? this.#outputEstimate(input, cycle.request.maxTokens)
       : 0;
     if (info === undefined || info.blockSizeTokens <= 0)
-      return new InflightView(this.#counters, null, 0, 0, input + extra);
+      return new InflightView(this.#counters, this.prefillRates, extra, null, 0, 0, input + extra);
     const indexed = info.totalBlocks * info.blockSizeTokens;
     const tail = Math.max(0, input - indexed) + extra;
     // Nothing matched anywhere: the same uncached count on every endpoint, no lookup per endpoint.
-    if (!info.anyMatch) return new InflightView(this.#counters, null, 0, 0, indexed + tail);
-    return new InflightView(this.#counters, info, indexed, info.blockSizeTokens, tail);
+    if (!info.anyMatch)
+      return new InflightView(this.#counters, this.prefillRates, extra, null, 0, 0, indexed + tail);
+    return new InflightView(
+      this.#counters,
+      this.prefillRates,
+      extra,
+      info,
+      indexed,
+      info.blockSizeTokens,
+      tail,
+    );
   }
 
   #outputEstimate(input: number, maxTokens: number | undefined): number {
@@ -109,7 +124,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     return est;
   }
 
-  preRequest(cycle: CycleState, result: ScheduleResult): void {
+  preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
     const view = this.#view(cycle);
     const entries = this.#records.get(result.requestId) ?? [];
     for (const [profile, r] of Object.entries(result.profiles)) {
@@ -118,15 +133,19 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       const tokens = view.uncachedRequestTokens(id);
       this.#counters.bump(REQUESTS, id, 1);
       this.#counters.bump(TOKENS, id, tokens);
-      entries.push({ endpointId: id, profile, tokens, holdsRequest: true });
+      const promptTokens = Math.max(0, tokens - view.outputEstimate);
+      entries.push({ endpointId: id, profile, tokens, holdsRequest: true, promptTokens, pickedAt: now });
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
   }
 
-  onResponseStarted(req: RequestFacts, endpointId: string): void {
+  onResponseStarted(req: RequestFacts, endpointId: string, now: number): void {
     const entries = this.#records.get(req.requestId);
     if (entries === undefined) return;
     this.#reattribute(entries, endpointId);
+    const primary = entries.find((e) => e.profile !== PREFILL_PROFILE);
+    if (primary !== undefined && entries.length === 1)
+      this.prefillRates.observe(primary.endpointId, primary.pickedAt, now, primary.promptTokens);
     for (const e of entries) {
       if (e.profile === PREFILL_PROFILE) this.#release(e, true);
       else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
@@ -168,6 +187,19 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
   retainEndpoints(pool: ReadonlySet<string>): void {
     this.#counters.retain(pool);
+    this.prefillRates.retain(pool);
+  }
+
+  endpointView(endpointId: string): Record<string, unknown> {
+    const load = this.load(endpointId);
+    const rate = this.prefillRates.view(endpointId);
+    return {
+      inFlightRequests: load.requests,
+      inFlightTokens: load.tokens,
+      learnedPrefillThroughput: rate.tokensPerSecond === undefined ? null : Math.round(rate.tokensPerSecond),
+      prefillSamples: rate.samples,
+      prefillTokensObserved: rate.tokensObserved,
+    };
   }
 
   stats(): PluginStats {
@@ -240,6 +272,9 @@ class Counters {
 class InflightView implements InFlightInfo {
   constructor(
     readonly counters: Counters,
+    readonly rates: PrefillRateEstimator,
+    /** Output tokens estimated for this request (0 unless addEstimatedOutputTokens). */
+    readonly outputEstimate: number,
     readonly info: PrefixMatchInfo | null,
     readonly indexed: number,
     readonly blockSize: number,
@@ -256,6 +291,10 @@ class InflightView implements InFlightInfo {
 
   byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
     return this.counters.byPosition();
+  }
+
+  prefillRate(id: string): number | undefined {
+    return this.rates.rate(id);
   }
 
   uncachedForAll(): number | null {
