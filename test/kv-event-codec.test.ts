@@ -1,5 +1,5 @@
-// Tests for the vLLM KV-event codec: the reference's byte vectors (vllm-wire-formats.md §1.6), msgspec's
-// layout rules, round-trips over random batches, every legacy/variant input vLLM has shipped, and garbage.
+// Tests for the vLLM KV-event codec: byte vectors msgspec 0.22 writes for vLLM's KVEventBatch structs
+// (vLLM v0.26.0 vllm/distributed/kv_events.py), msgspec's layout rules, round-trips over random batches, every legacy/variant input vLLM has shipped, and garbage.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -76,7 +76,7 @@ test("vector (c): full legacy batch, 104 bytes, with a hash >= 2^63", () => {
   assert.equal(typeof first.blockHashes[0], "bigint");
 });
 
-test("map version of (c) decodes generically to the reference's dict", () => {
+test("map version of (c) decodes generically to msgspec's dict", () => {
   const m: KVEventBatch = {
     ...batchC,
     events: [
@@ -174,7 +174,7 @@ test("round-trip property: decode(encode(b)) === b in both formats, and the form
 test("decodes older vLLM layouts: short event arrays and a 2-element batch", () => {
   const gpu = "a3475055";
   const removedTag = "ac426c6f636b52656d6f766564";
-  // Before #37688 (no group_idx), before #19737 (no medium); from the reference §1.6.
+  // Before vLLM PR #37688 (no group_idx), before PR #19737 (no medium).
   const noGroup = decodeEventBatch(unhex(`93cb3ff8000000000000 91 93 ${removedTag} 9107 ${gpu} 00`));
   assert.deepEqual(noGroup.events, [
     { type: "BlockRemoved", blockHashes: [7n], medium: "GPU", groupIdx: null },

@@ -24,7 +24,8 @@ const TTFT_LE = [
 ];
 
 const L = 'engine="0",model_name="Qwen/Qwen3-8B"';
-// vllm-wire-formats.md §3, with the elided bucket lines and CacheConfig labels written out.
+// vLLM's /metrics (vllm/v1/metrics/loggers.py, exposed by prometheus_client 0.26), with the elided bucket
+// lines and CacheConfig labels written out.
 const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{${L}} 3.0

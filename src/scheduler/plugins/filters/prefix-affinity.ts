@@ -1,5 +1,7 @@
 /**
- * prefix-cache-affinity-filter, "sticky until saturated" (llm-d, reference §3.4, §4.4).
+ * prefix-cache-affinity-filter, "sticky until saturated" (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/plugin.go`;
+ * https://llm-d.ai/blog/sticky-until-saturated-token-aware-routing).
  * Sticky endpoints have matchBlocks/totalBlocks ≥ affinityThreshold. None sticky → keep all.
  * With probability explorationProbability keep all. Load gate: estimated TTFT of an endpoint is
  * inFlightTokens / peakPrefillThroughput · 1000 ms; if the best sticky endpoint is more than
