@@ -207,8 +207,9 @@ describe("runBench against fake servers", () => {
     const w = smoke(9, { arrival: { type: "closed", users: 3 } });
     const r = await runBench(w, { targets: [fake.url], metricsEndpoints: [] });
     const byId = new Map(r.records.map((x) => [x.id, x]));
-    for (const spec of w.requests)
-      if (spec.after) assert.ok(byId.get(spec.id)!.start >= byId.get(spec.after.id)!.end);
+    const chained = w.requests.filter((spec) => spec.after);
+    assert.equal(chained.length, 6, "3 users × 3 requests: all but each user's first wait for one");
+    for (const spec of chained) assert.ok(byId.get(spec.id)!.start >= byId.get(spec.after!.id)!.end);
     assert.equal(r.records.length, 9);
   });
 

@@ -13,7 +13,7 @@ function allEvents(results: { kvEvents: { events: KVEvent[] } | null }[]): KVEve
 }
 
 describe("vLLM block hash (sha256_cbor)", () => {
-  it("matches the reference vector for PYTHONHASHSEED=0, block size 4, tokens 1..8", () => {
+  it("matches vLLM's hash_block_tokens for PYTHONHASHSEED=0, block size 4, tokens 1..8", () => {
     const root = noneHash("0");
     assert.equal(
       Buffer.from(root).toString("hex"),
@@ -290,9 +290,9 @@ describe("step time", () => {
     assert.ok(Math.abs(t1.total - expected1) < 1e-12);
     assert.ok(
       Math.abs(t1.total - 0.00594) < 0.0001,
-      `B=1 decode ≈ 5.9 ms (reference table), got ${t1.total}`,
+      `B=1 decode ≈ 5.9 ms (profiles/llama-3.1-8b-h100.yaml), got ${t1.total}`,
     );
-    // 64 decodes at 4096 context ≈ 23 ms in the reference table.
+    // 64 decodes at 4096 context ≈ 23 ms, as profiles/llama-3.1-8b-h100.yaml says.
     const t64 = stepTime(p, { prefills: [], decodeContexts: new Array(64).fill(4096) });
     assert.ok(Math.abs(t64.total - 0.0232) < 0.0005, `B=64/4k ≈ 23 ms, got ${t64.total}`);
     // A fresh 2048-token prefill: GEMMs 2·6.98e9·2048/(0.62·989.5e12) + attention 4·32·32·128·2048·1024/(0.45·989.5e12)

@@ -15,6 +15,14 @@ const served = (r: TestReplica) =>
   Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
 const id = (r: TestReplica) => `127.0.0.1:${r.port}`;
 
+/** The index of the one replica that served exactly one request since `before`; fails otherwise. */
+function servedBy(fleet: TestReplica[], before: number[]): number {
+  const deltas = fleet.map((r, i) => served(r) - before[i]);
+  const one = deltas.indexOf(1);
+  assert.ok(one >= 0 && deltas.every((d, i) => d === (i === one ? 1 : 0)), `requests served: ${deltas}`);
+  return one;
+}
+
 async function ready(gw: GatewayHandle, n: number): Promise<void> {
   await waitFor(
     () =>
@@ -96,9 +104,7 @@ test("requests sharing a prefix land on one replica; unrelated ones spread", {
   const whichServed = async (messages: OpenAI.Chat.ChatCompletionMessageParam[]) => {
     const before = replicas.map(served);
     await client.chat.completions.create({ model: "m", messages, max_tokens: 2 });
-    const hit = replicas.findIndex((r, i) => served(r) === before[i] + 1);
-    assert.ok(hit >= 0);
-    return hit;
+    return servedBy(replicas, before);
   };
   const hitsBefore = replicas.reduce((a, r) => a + r.server.engine.stats().prefixCacheHits, 0);
   const groups: number[][] = [];
@@ -118,11 +124,11 @@ test("requests sharing a prefix land on one replica; unrelated ones spread", {
   const hitsAfter = replicas.reduce((a, r) => a + r.server.engine.stats().prefixCacheHits, 0);
   assert.ok(hitsAfter > hitsBefore, "the replicas reused cached prefixes");
 
+  // Prompts that share nothing past the chat template: a fixed pseudo-random word per request.
+  const unrelated = (i: number) => ((i + 1) * 2654435761).toString(36);
   const spread = new Set<number>();
   for (let i = 0; i < 12; i++)
-    spread.add(
-      await whichServed([{ role: "user", content: `${i}: ${Math.random().toString(36).repeat(20)}` }]),
-    );
+    spread.add(await whichServed([{ role: "user", content: `${i}: ${unrelated(i).repeat(20)}` }]));
   assert.ok(spread.size >= 2, `unrelated requests all went to replica ${[...spread]}`);
 });
 
@@ -255,7 +261,7 @@ test("with --tokenizer sim the gateway hashes real token ids and still keeps pre
         ],
         max_tokens: 2,
       });
-      landed.add(fleet.findIndex((r, j) => served(r) === before[j] + 1));
+      landed.add(servedBy(fleet, before));
     }
     assert.equal(landed.size, 1);
     const hits = fleet.reduce((a, r) => a + r.server.engine.stats().prefixCacheHits, 0);

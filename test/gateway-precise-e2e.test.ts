@@ -152,8 +152,9 @@ test("precise mode picks the replica that holds the prefix now; the approximate 
   // 1. P through the approximate gateway: it lands on some replica, A, and that index learns A.
   const before1 = [A0, A1].map(served);
   assert.equal((await postJson(`${approx.url}/v1/chat/completions`, chat(P))).status, 200);
-  const ai = [A0, A1].findIndex((r, i) => served(r) === before1[i] + 1);
-  assert.ok(ai >= 0);
+  const d1 = [A0, A1].map((r, i) => served(r) - before1[i]);
+  assert.deepEqual([...d1].sort(), [0, 1], `requests served: ${d1}`);
+  const ai = d1.indexOf(1);
   const [A, B] = ai === 0 ? [A0, A1] : [A1, A0];
 
   // 2. The precise index learns it from A's events, and the precise gateway sends P to A as well.

@@ -1,6 +1,6 @@
 // Tests for the simulated replica's ZMQ KV-event publisher against real zeromq sockets on 127.0.0.1:
 // live frames and sequence numbers, topic filtering, bind/connect, DP rank, and the replay ROUTER in both
-// vLLM layouts (vllm-wire-formats.md §1.2–§1.3).
+// vLLM layouts (vllm/distributed/kv_events.py before and since v0.26.0, PR #45177).
 
 import assert from "node:assert/strict";
 import { test } from "node:test";

@@ -24,7 +24,8 @@ const TTFT_LE = [
 ];
 
 const L = 'engine="0",model_name="Qwen/Qwen3-8B"';
-// vllm-wire-formats.md §3, with the elided bucket lines and CacheConfig labels written out.
+// vLLM's /metrics (vllm/v1/metrics/loggers.py, exposed by prometheus_client 0.26), with the elided bucket
+// lines and CacheConfig labels written out.
 const VLLM = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{${L}} 3.0
@@ -339,21 +340,44 @@ test("garbled input: strict throws with the line number, lenient keeps the good 
     if (line.startsWith("good ") || i === 0) continue;
     assert.throws(() => parsePromText(`ok 1\n${line}`), PromParseError, line);
   }
-  // Random garbage never throws anything but PromParseError, and never in lenient mode.
+  // Random garbage after a cut-off exposition: lenient mode never throws, keeps every sample of the
+  // complete lines before the cut and skips only lines after it; strict mode throws a PromParseError
+  // exactly when lenient mode skipped something, at the first line lenient mode skipped.
+  let withSkips = 0;
   for (let seed = 1; seed <= 200; seed++) {
     const r = rng(seed);
     let junk = "";
     const len = Math.floor(r() * 300);
     for (let j = 0; j < len; j++) junk += String.fromCharCode(Math.floor(r() * 130));
-    const mixed = `${VLLM.slice(0, Math.floor(r() * VLLM.length))}${junk}`;
+    const head = VLLM.slice(0, Math.floor(r() * VLLM.length));
+    const complete = head.slice(0, head.lastIndexOf("\n") + 1);
+    const completeLines = complete.split("\n").length - 1;
+    const mixed = `${head}${junk}`;
     const lenient = parsePromText(mixed, { lenient: true });
-    assert.ok(lenient.skippedLines >= 0);
+    const what = `seed ${seed}`;
+    assert.ok(lenient.skippedLines <= mixed.split("\n").length - completeLines, what);
+    assert.equal(lenient.errors.length, Math.min(lenient.skippedLines, 5), what);
+    for (const e of lenient.errors) assert.ok(e.line > completeLines, `${what}: line ${e.line} skipped`);
+    for (const [name, fam] of parsePromText(complete).families) {
+      const got = lenient.families.get(name);
+      assert.ok(got, `${what}: family ${name} lost`);
+      assert.deepEqual(got.samples.slice(0, fam.samples.length), fam.samples, `${what}: ${name}`);
+    }
+    let strictError: unknown;
     try {
       parsePromText(mixed);
     } catch (e) {
-      assert.ok(e instanceof PromParseError, String(e));
+      strictError = e;
+    }
+    if (lenient.skippedLines === 0) assert.equal(strictError, undefined, what);
+    else {
+      withSkips++;
+      assert.ok(strictError instanceof PromParseError, `${what}: ${strictError}`);
+      assert.equal(strictError.line, lenient.errors[0].line, what);
     }
   }
+  // Both branches ran: most inputs have a bad line, some (short or no junk) none.
+  assert.ok(withSkips > 100 && withSkips < 200, `${withSkips} of 200 inputs had a bad line`);
 });
 
 test("property: parseValue agrees bit for bit with Number() on decimal strings", () => {

@@ -1,7 +1,9 @@
 /**
  * Picks the scheduling signals out of a model server's parsed /metrics: queue length, running
  * requests, KV-cache usage and cache geometry. Names are the GIE/llm-d model-server protocol's
- * (llm-d-router-epp.md §6.1) with vLLM's legacy KV name as fallback (vllm-wire-formats.md §3).
+ * (llm-d/llm-d-router@ebab6879 `pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go`) with
+ * vLLM's legacy KV name as fallback
+ * (vLLM v0.26.0 `vllm/v1/metrics/loggers.py`).
  * Series of several data-parallel engines (`engine` label) are summed; KV usage, a fraction, is
  * averaged over them instead.
  */
@@ -34,7 +36,7 @@ const ENGINES: Record<EngineKind, EngineNames> = {
   vllm: {
     waiting: "vllm:num_requests_waiting",
     running: "vllm:num_requests_running",
-    // gpu_cache_usage_perc: deprecated in vLLM 0.9, hidden from 0.10 (vllm-wire-formats.md §3).
+    // gpu_cache_usage_perc: deprecated in vLLM 0.9, hidden from 0.10 (vllm/v1/metrics/loggers.py).
     kv: ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
     cacheInfo: "vllm:cache_config_info",
     blockSizeLabel: "block_size",

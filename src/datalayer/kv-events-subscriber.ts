@@ -1,13 +1,15 @@
 /**
  * KV-events subscriber for precise mode: one ZMQ SUB socket per endpoint on its vLLM KV-events PUB
- * address, decoding each `[topic, seq u64 BE, msgpack batch]` message (vllm-wire-formats.md §1.2–§1.4)
+ * address, decoding each `[topic, seq u64 BE, msgpack batch]` message (vLLM v0.26.0
+ * `vllm/distributed/kv_events.py`)
  * (with the specialised decoder, precise-decode.ts) and applying its events, in order, to the PreciseIndex.
  *
  * Sequence tracking per endpoint (seq counts batches):
  * - the first message sets the baseline;
  * - a gap (seq > last + 1) asks the endpoint's replay ROUTER, when configured, for everything from
  *   last + 1 (a DEALER sends `["", seq8]`; replies are `[seq, payload]` or `[topic, seq, payload]` after
- *   the empty delimiter, ended by seq ff×8, §1.3). If the first replayed seq is past the one asked for,
+ *   the empty delimiter, ended by seq ff×8, as vLLM's ZmqEventPublisher replies). If the first replayed seq
+ *   is past the one asked for,
  *   that history is gone: the endpoint's entries are reset and rebuilt from what came back. Without a
  *   replay socket, or when the replay fails or times out, the endpoint's entries are reset;
  * - a seq that goes backwards is an engine restart: reset, then (with replay) fetch the new engine's

@@ -2,7 +2,9 @@
  * Parser for the Prometheus text exposition format 0.0.4, as emitted by vLLM (prometheus_client),
  * SGLang and prom-client. Hand-written line scanner (prom-line-scanner.ts; the scraper runs it every
  * 50–200 ms per endpoint); histogram and summary series keep every label set, which is why this
- * exists instead of the npm parser (see node-ecosystem.md §5). The accessors for gauges and
+ * exists instead of the npm parser (parse-prometheus-text-format 1.1.1 drops the labels, `_sum` and `_count`
+ * of labelled
+ * histograms, and vLLM's histograms always carry labels). The accessors for gauges and
  * histograms (prom-accessors.ts) and the data model (prom-families.ts) are re-exported here.
  * Format facts: https://prometheus.io/docs/instrumenting/exposition_formats/ (text format 0.0.4).
  */

@@ -12,7 +12,10 @@ import { ExtractError, extractMetrics } from "./extract.ts";
 import { parsePromText } from "./prom-text.ts";
 
 export interface ScraperOptions {
-  /** Poll period per endpoint. Default 100; llm-d's floor is 50 (reference §6.1). */
+  /**
+   * Poll period per endpoint. Default 100; llm-d's floor is 50 (its `--refresh-metrics-interval`,
+   * llm-d/llm-d-router@ebab6879).
+   */
   intervalMs?: number;
   /** Hard limit per poll, connect to last byte. Default 1000 (llm-d's per-poll timeout). */
   timeoutMs?: number;

@@ -1,5 +1,5 @@
 /**
- * vLLM's GPU block pool (vllm/v1/core/block_pool.py semantics, vllm-wire-formats.md §6):
+ * vLLM's GPU block pool (vLLM v0.26.0 vllm/v1/core/block_pool.py semantics):
  * reference-counted blocks, block 0 reserved as the null block, a doubly linked LRU free queue
  * (allocate from the head, freed blocks appended to the tail), and a hash → blocks map of cached
  * full blocks. A freed block keeps its hash and stays hittable until it is reused; that reuse is

@@ -1,5 +1,5 @@
 /**
- * The simulated engine's scheduler (vllm/v1/core/sched/scheduler.py, vllm-wire-formats.md §6): the
+ * The simulated engine's scheduler (vLLM v0.26.0 vllm/v1/core/sched/scheduler.py): the
  * waiting and running queues, and which requests run how many tokens in a step. Running requests
  * go first, in order, each taking its remaining tokens within the max_num_batched_tokens budget
  * (so prefills are chunked); when blocks run out the newest running request (under priority

@@ -2,8 +2,8 @@
  * Hardware/model profiles and the roofline step-time model of one engine step.
  *
  * One vLLM V1 step runs prefill chunks and decodes in one forward pass, so its time is modelled as
- * additive terms (reference: simulation-benchmarks-flow-control.md §0.1 and §1.7, after BLIS's
- * trained-physics basis functions):
+ * additive terms (after the basis functions of BLIS's trained-physics model, inference-sim/inference-sim
+ * `sim/latency/trained_physics_model.go`):
  *   T = t_step + c_req·B
  *       + W_streamed / (η_w · BW)                         weights read once per step
  *       + Σ_decode ctx_i · kv_bytes / (η_kv · BW)         KV read for each decoding sequence

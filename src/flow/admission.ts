@@ -1,5 +1,6 @@
 /**
- * Admission (llm-d legacy admission, reference §4.2): a sheddable request (priority < 0) is
+ * Admission (llm-d's LegacyAdmissionController, llm-d/llm-d-router@ebab6879
+ * `pkg/epp/requestcontrol/admission.go`): a sheddable request (priority < 0) is
  * rejected with 429 when pool saturation ≥ 1.0; others are always admitted and queue in the model
  * servers. Priorities come from InferenceObjective documents: the gateway maps the
  * x-llm-d-inference-objective header (alias x-gateway-inference-objective) to a priority with

@@ -1,5 +1,5 @@
 /**
- * utilization-detector (llm-d flowcontrol/saturationdetector/utilization, reference §4.1).
+ * utilization-detector (llm-d/llm-d-router@ebab6879 `pkg/epp/flowcontrol/saturationdetector/utilization/`).
  * Per endpoint: max(waitingQueueSize/queueDepthThreshold, kvCacheUsagePercent/kvCacheUtilThreshold);
  * an endpoint with no metrics, or metrics older than metricsStalenessThreshold, counts 1.0 (fail
  * closed). Pool saturation = average over the candidates; an empty pool is 1.0. ≥ 1.0 = saturated.

@@ -1,14 +1,17 @@
 /**
  * Gateway errors and how they reach the client: an OpenAI-format body
- * `{"error": {"message", "type", "param", "code"}}` (vLLM's newer shape, vllm-wire-formats.md §4,
+ * `{"error": {"message", "type", "param", "code"}}` (vLLM's newer ErrorResponse shape,
+ * vllm/entrypoints/openai/protocol.py, engine/protocol.py in
+ * newer trees,
  * so clients see one format from the gateway and the replicas), the HTTP status, and llm-d's
- * `x-llm-d-request-dropped-reason` header where llm-d sets one (llm-d-router-epp.md §1.5).
+ * `x-llm-d-request-dropped-reason` header where llm-d sets one (llm-d/llm-d-router@ebab6879
+ * `pkg/common/error/error.go`).
  */
 import type { ServerResponse } from "node:http";
 
 export const DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason";
 
-/** llm-d's drop reasons (llm-d-router-epp.md §1.5); kvgate emits the first three. */
+/** llm-d's drop reasons (llm-d-router@ebab6879 pkg/common/error/error.go); kvgate emits the first three. */
 export type DropReason =
   | "rejected-saturated"
   | "rejected-no-endpoints"

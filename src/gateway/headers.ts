@@ -1,7 +1,7 @@
 /**
  * Which client headers may reach a replica. Hop-by-hop headers (RFC 9110 §7.6.1) are connection
  * state, not request state. llm-d's routing-control headers are outputs of the router or inputs
- * only a trusted proxy may set (llm-d-router-epp.md §1.3–§1.5, §3.7, §5): kvgate never obeys them
+ * only a trusted proxy may set (llm-d/llm-d-router@ebab6879; sources below): kvgate never obeys them
  * from a client and, unlike llm-d (which only skips re-setting them), removes them before
  * forwarding so a client cannot steer a replica's sidecar (e.g. the P/D prefiller) either.
  */
@@ -25,8 +25,13 @@ const HOP_BY_HOP = new Set([
 ]);
 
 /**
- * Routing-control headers by exact name. Sources (llm-d-router-epp.md): §1.3 system-owned headers,
- * §1.4 EPP protocol, §3.7 data-parallel handler, §5.1 P/D headers, §5.2 sidecar inputs.
+ * Routing-control headers by exact name. Sources (llm-d/llm-d-router@ebab6879 unless named): system-owned
+ * headers
+ * (`pkg/epp/util/request/headers.go`), the EPP protocol (gateway-api-inference-extension v1.0.0
+ * `docs/proposals/004-endpoint-picker-protocol/README.md`), the data-parallel handler
+ * (`pkg/epp/framework/plugins/scheduling/profilehandler/dataparallel/`), P/D headers
+ * (`pkg/epp/framework/plugins/scheduling/profilehandler/disagg/`) and the sidecar's inputs
+ * (`pkg/sidecar/proxy/`).
  */
 export const CONTROL_HEADERS: readonly string[] = [
   "x-gateway-destination-endpoint",

@@ -1,7 +1,7 @@
 /**
  * The gateway's own Prometheus metrics, on a private prom-client Registry served by the admin port.
- * Names, types and labels follow llm-d's EPP catalogue (llm-d/llm-d-router docs/metrics.md,
- * reference §6.2) where llm-d has the metric, so existing dashboards work; `kvgate_*` otherwise.
+ * Names, types and labels follow llm-d's EPP catalogue (llm-d/llm-d-router@ebab6879 docs/metrics.md) where
+ * llm-d has the metric, so existing dashboards work; `kvgate_*` otherwise.
  * Client-chosen label values (model names) are capped at 1000 distinct values, then "other".
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";

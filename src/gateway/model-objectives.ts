@@ -2,7 +2,8 @@
  * `--model-objectives FILE`: a per-model default priority for requests that name no objective.
  * YAML map `model: <integer priority | InferenceObjective name>` (optionally under `models:`);
  * names resolve against the InferenceObjective documents of the EndpointPickerConfig. llm-d selects
- * an objective only by header (reference §4.2); this lets an operator mark a whole model sheddable
+ * an objective only by the x-llm-d-inference-objective header (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/handlers/request.go`); this lets an operator mark a whole model sheddable
  * (priority < 0) without relying on clients.
  */
 import { readFileSync } from "node:fs";

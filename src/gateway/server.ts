@@ -3,7 +3,8 @@
  * and GET /v1/models. Per request: bounded body read → one JSON decode → candidates (404 for a model
  * no replica serves, 503 for none available) → admission (429 for shed sheddable requests) →
  * scheduling → forwarding of the original bytes with failover. Every failure is an OpenAI error
- * with llm-d's status and drop-reason header (reference §1.5); nothing a client sends can crash
+ * with llm-d's status and drop-reason header (llm-d/llm-d-router@ebab6879 `pkg/common/error/error.go`);
+ * nothing a client sends can crash
  * the process or steer the pick through llm-d's routing headers.
  */
 import { randomUUID } from "node:crypto";

@@ -1,6 +1,7 @@
 /**
  * `--tokenizer endpoint` (alias `remote`): the gateway asks one candidate replica's vLLM
- * `POST /tokenize` for the prompt's ids (reference §4: completion form `{model, prompt,
+ * `POST /tokenize` for the prompt's ids (vLLM's TokenizeRequest in vllm/entrypoints/openai/protocol.py:
+ * completion form `{model, prompt,
  * add_special_tokens}`, chat form `{model, messages, add_generation_prompt}`; the answer's `tokens`),
  * so they are the engine's own by construction. A short timeout bounds it; any failure (timeout,
  * refused connection, non-200, malformed answer) gives undefined and the request is routed without

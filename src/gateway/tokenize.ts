@@ -1,7 +1,8 @@
 /**
  * Optional tokenization in the gateway (`--tokenizer`): with real token ids the prefix index hashes
- * the same token blocks the replicas cache instead of 4-byte pseudo-tokens (reference §3.1; llm-d's
- * token-producer). "sim" selects the simulated replicas' tokenizer; anything else is a directory
+ * the same token blocks the replicas cache instead of 4-byte pseudo-tokens (llm-d's token-producer,
+ * llm-d/llm-d-router@ebab6879 `pkg/epp/framework/plugins/requestcontrol/dataproducer/`). "sim" selects the
+ * simulated replicas' tokenizer; anything else is a directory
  * with a Hugging Face tokenizer.json, loaded offline; both are wrapped in a per-segment id cache
  * (tokenize-cache.ts). "endpoint"/"remote" asks a replica's /tokenize (tokenize-endpoint.ts) and
  * is handled by the gateway, not here. Tokenization never fails a request: when it

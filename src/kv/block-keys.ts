@@ -1,7 +1,8 @@
 /**
  * Request block keys for precise prefix routing: kvgate's own chained 64-bit keys computed from token ids.
  *
- * Like llm-d's dual-key design (reference vllm-wire-formats.md §2.3), kvgate never reproduces vLLM's block
+ * Like llm-d's dual-key design (llm-d/llm-d-kv-cache@7be76e1 docs/architecture.md, issue #147), kvgate never
+ * reproduces vLLM's block
  * hash. It computes its own keys from token ids, on the request side (from the gateway's tokenization) and
  * on the event side (from BlockStored token_ids), and maps each endpoint's engine hashes to them only to
  * apply BlockRemoved. So routing does not depend on vLLM's `--prefix-caching-hash-algo` or PYTHONHASHSEED.

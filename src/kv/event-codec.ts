@@ -1,6 +1,7 @@
 /**
  * msgpack codec for vLLM KV-event batches (vllm/distributed/kv_events.py). This file holds the decoder,
- * which accepts every layout vLLM has shipped (reference digest vllm-wire-formats.md §1.4–§1.6), and
+ * which accepts every layout vLLM has shipped (vllm/distributed/kv_events.py up to v0.26.0; PRs #19737,
+ * #37688, #42892), and
  * re-exports the byte-exact encoder from event-encode.ts.
  *
  * Decoding rules:

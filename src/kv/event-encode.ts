@@ -1,7 +1,8 @@
 /**
  * Encoder half of the KV-event codec: writes a KVEventBatch byte-for-byte as vLLM's msgspec does, in the
  * "array" layout (array_like tagged structs, vLLM <= v0.25) or the "map" layout (vLLM >= v0.26, PR #42892).
- * Schema: vllm/distributed/kv_events.py, digested in vllm-wire-formats.md §1.4–§1.6.
+ * Schema: vLLM v0.26.0 vllm/distributed/kv_events.py (KVEventBatch, BlockStored, BlockRemoved,
+ * AllBlocksCleared).
  */
 
 import type { BlockRemoved, BlockStored, KVEvent, KVEventBatch } from "./events.ts";

@@ -1,5 +1,6 @@
 /**
- * A specialised decoder for the KV-event batch shape (vllm-wire-formats.md §1.4), for precise mode's
+ * A specialised decoder for the KV-event batch shape (vLLM v0.26.0 vllm/distributed/kv_events.py), for
+ * precise mode's
  * ingest path: it reads msgpack straight into the event objects, with tight loops for block hashes and
  * token ids, instead of materialising a generic tree first (@msgpack/msgpack's map path measured
  * ~0.77M events/s). Its result equals decodeEventBatch's (event-codec.ts), which stays the reference:

@@ -1,6 +1,7 @@
 /**
  * Precise prefix-cache index: which request-key blocks each endpoint holds, and on which tier, built from
- * vLLM KV-cache events (vllm-wire-formats.md §1.4–§1.5) with llm-d's dual-key design (§2.3): request keys
+ * vLLM KV-cache events (vllm/distributed/kv_events.py, vllm/v1/core/block_pool.py) with llm-d's dual-key
+ * design (llm-d/llm-d-kv-cache@7be76e1 docs/architecture.md): request keys
  * are kvgate's own (block-keys.ts); each endpoint's engine hashes map to them so BlockRemoved applies.
  * Pure: no sockets, timers or clocks; `now` (seconds) is passed in.
  *

@@ -1,6 +1,6 @@
 /**
  * vLLM's prefix-cache block hash with `--prefix-caching-hash-algo sha256_cbor`
- * (vllm/v1/core/kv_cache_utils.py: hash_block_tokens; vllm-wire-formats.md §2.1–§2.2):
+ * (vLLM v0.26.0 vllm/v1/core/kv_cache_utils.py: hash_block_tokens):
  *   NONE_HASH = sha256(cbor(PYTHONHASHSEED as a string))
  *   h_i       = sha256(cbor_canonical([parent_digest_or_NONE_HASH, [tokens...], extra_keys_or_None]))
  * and the value KV events carry is the digest's last 8 bytes as a big-endian uint64.

@@ -1,5 +1,6 @@
 /**
- * EndpointPickerConfig loading (llm-d apix/config/v1alpha1, reference §2.4): YAML text → a
+ * EndpointPickerConfig loading (llm-d/llm-d-router@ebab6879
+ * apix/config/v1alpha1/endpointpickerconfig_types.go): YAML text → a
  * structurally checked RawConfig, strictly (unknown keys, unknown plugin types, bad parameters and
  * dangling references are ConfigErrors naming the culprit). Defaulting is done in one place,
  * effectiveConfig() in defaults.ts. Sections kvgate does not implement load with a warning.

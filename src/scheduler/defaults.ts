@@ -1,6 +1,7 @@
 /**
  * The one place defaults are applied: RawConfig → EffectiveConfig, the config that actually runs,
- * printable with printConfig(). In order (llm-d's defaulting, reference §2.4):
+ * printable with printConfig(). In order (llm-d's defaulting, llm-d/llm-d-router@ebab6879
+ * docs/architecture.md):
  *   1. every plugin's parameters parsed strictly, with llm-d defaults filled in;
  *   2. each consumer's producer resolved (e.g. prefix-cache-scorer → approx-prefix-cache-producer),
  *      auto-adding the family's default producer when a required one is missing;

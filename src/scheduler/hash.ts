@@ -1,7 +1,9 @@
 /**
  * The 64-bit hash behind prefix block keys. xxhash-wasm needs an async init, while the scheduler
  * is synchronous, so callers create one Hasher at startup (createXxHasher) and inject it.
- * Seed 0 by default, matching llm-d's cespare/xxhash Sum64 (reference §3.1).
+ * Seed 0 by default, matching llm-d's cespare/xxhash Sum64
+ * (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/hashing.go`).
  */
 import xxhashWasm from "xxhash-wasm";
 import { Xxh64Chain } from "./xxh64-wasm.ts";

@@ -1,6 +1,7 @@
 /**
  * InferenceObjective documents (llm-d.ai/v1alpha2, legacy inference.networking.x-k8s.io/v1alpha2,
- * reference §4.2) → objective name → priority. kvgate reads them from extra YAML documents next to
+ * llm-d/llm-d-router@ebab6879 apix/v1alpha2/inferenceobjective_types.go) → objective name → priority. kvgate
+ * reads them from extra YAML documents next to
  * the EndpointPickerConfig (separated by `---`), so the same manifests work with llm-d.
  */
 import { ConfigError } from "./errors.ts";

@@ -1,6 +1,7 @@
 /**
  * One profile run: filters in order, then total[e] = Σ clamp(score, 0, 1)·weight over the scorers
- * (weights not normalised, llm-d reference §2.3), then the picker. Keeps what the failover list
+ * (weights not normalised, llm-d/llm-d-router@ebab6879 pkg/epp/scheduling/scheduler_profile.go), then the
+ * picker. Keeps what the failover list
  * and the explanation need; per-scorer raw scores are kept only when explaining.
  */
 import type { CompiledProfile } from "./scheduler.ts";

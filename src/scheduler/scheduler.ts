@@ -1,7 +1,8 @@
 /**
  * The scheduler: builds plugin instances from an EffectiveConfig and, per request, runs the data
  * producers once, then the profiles the profile handler picks (filters → weighted scorers →
- * picker; llm-d scheduler_profile.go, reference §2.3), and reports targets, failover order and,
+ * picker; llm-d/llm-d-router@ebab6879 pkg/epp/scheduling/scheduler_profile.go), and reports targets, failover
+ * order and,
  * on request, a per-candidate explanation. Hooks after the pick feed the stateful plugins.
  */
 import { IndexCache } from "./candidate-index.ts";

@@ -1,11 +1,12 @@
 /**
  * Scheduler contracts: the endpoint and request facts the scheduler works on, the plugin
- * extension points (mirroring llm-d's EPP framework interfaces, reference §2.2), and the
+ * extension points (mirroring llm-d's EPP framework interfaces, llm-d/llm-d-router@ebab6879
+ * pkg/epp/framework/interface/), and the
  * shape of a scheduling result. Pure data and interfaces only; implementations live in plugins/.
  */
 import type { Rng } from "./rng.ts";
 
-/** Model-server metrics as scraped by the data layer (vLLM names in reference §6.1). */
+/** Model-server metrics as scraped by the data layer (vLLM names, vllm/v1/metrics/loggers.py). */
 export interface EndpointMetrics {
   waitingQueueSize: number;
   runningRequestsSize: number;
@@ -218,7 +219,7 @@ export interface ProfileResult {
 export type DropReason = "rejected-no-endpoints" | "rejected-saturated";
 
 export interface ScheduleFailure {
-  /** 503 when there were no candidates; 429 when filters removed all (reference §1.5). */
+  /** 503 when there were no candidates; 429 when filters removed all (llm-d's scheduler_profile.go). */
   status: 429 | 503;
   reason: DropReason;
   message: string;

@@ -1,6 +1,6 @@
 /**
  * Parses vLLM's `--kv-events-config` JSON for the simulated replica, with vLLM's field names, defaults and
- * strictness (vllm/config/kv_events.py `KVEventsConfig`; digest in vllm-wire-formats.md §1.1), and offsets
+ * strictness (vLLM v0.26.0 vllm/config/kv_events.py `KVEventsConfig`), and offsets
  * endpoints per data-parallel rank as vLLM's `ZmqEventPublisher.offset_endpoint_port` does.
  *
  * Unknown keys are rejected: vLLM's `@config` decorator makes a pydantic dataclass with extra="forbid"

@@ -1,6 +1,6 @@
 /**
  * The simulated replica's KV-event publisher, wire-compatible with vLLM's ZmqEventPublisher
- * (vllm/distributed/kv_events.py; digest in vllm-wire-formats.md §1.2–§1.3): a PUB socket sending
+ * (vLLM v0.26.0 vllm/distributed/kv_events.py): a PUB socket sending
  * `[topic, seq u64 BE, msgpack batch]` with seq counting batches from 0, and an optional ROUTER socket that
  * replays the last `buffer_steps` batches on request.
  *

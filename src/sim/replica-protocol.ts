@@ -1,6 +1,7 @@
 /**
  * Request parsing and error bodies of the simulated replica's OpenAI-compatible API, following vLLM's
- * wire format (vllm-wire-formats.md §4): the fields vLLM accepts on /v1/completions and
+ * wire format (vllm/entrypoints/openai/protocol.py; completion/ and chat_completion/protocol.py
+ * in newer trees): the fields vLLM accepts on /v1/completions and
  * /v1/chat/completions (extras such as cache_salt, priority, request_id, ignore_eos, return_token_ids),
  * unknown fields ignored, and errors as {"error": {message, type, param, code}}.
  */

@@ -1,6 +1,7 @@
 /**
  * Response shapes of the simulated replica's generation endpoints, as vLLM sends them
- * (vllm-wire-formats.md §4): incremental detokenization, usage with prompt_tokens_details.cached_tokens,
+ * (the response models of vllm/entrypoints/openai/protocol.py and its newer split files): incremental
+ * detokenization, usage with prompt_tokens_details.cached_tokens,
  * the final JSON bodies of completions and chat, and the SSE chunk writer (role chunk, content deltas,
  * final chunk with finish_reason and stop_reason, optional usage chunk, `data: [DONE]`).
  */

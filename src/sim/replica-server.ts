@@ -1,6 +1,7 @@
 /**
  * The simulated vLLM replica's HTTP server (node:http): vLLM's OpenAI-compatible surface
- * (vllm-wire-formats.md §4) over one scaled-real-time Engine, with /metrics in vLLM's names, KV events
+ * (vllm/entrypoints/openai/api_server.py) over one scaled-real-time Engine, with /metrics in vLLM's names, KV
+ * events
  * over ZMQ when --kv-events-config enables them, and fault injection. Every handler is wrapped: bad
  * input is answered with vLLM-style error JSON and never takes the process down.
  */

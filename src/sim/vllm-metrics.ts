@@ -1,6 +1,6 @@
 /**
  * The simulated replica's /metrics: vLLM V1 metric names, labels and histogram buckets
- * (vllm/v1/metrics/loggers.py, as listed in vllm-wire-formats.md §3), filled from the engine's
+ * (vLLM v0.26.0 vllm/v1/metrics/loggers.py, PrometheusStatLogger), filled from the engine's
  * stats and finished RequestRecords, plus kvgate's own sim-clock metrics. All durations are
  * simulated seconds. One prom-client Registry per replica (never the global one).
  */
@@ -11,7 +11,7 @@ import type { LagStats } from "./replica-driver.ts";
 /** Exposition content type, as vLLM's prometheus_client serves it. */
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
 
-// Buckets from vllm/v1/metrics/loggers.py (vllm-wire-formats.md §3).
+// Buckets from vLLM v0.26.0 vllm/v1/metrics/loggers.py.
 export const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
   80.0, 160.0, 640.0, 2560.0,

@@ -1,5 +1,6 @@
 /**
- * precise-prefix-cache-producer (llm-d type name, reference llm-d-router-epp.md §3.2): prefix match info
+ * precise-prefix-cache-producer (llm-d type name, llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/requestcontrol/dataproducer/preciseprefixcache/`): prefix match info
  * from what each endpoint actually holds, per vLLM's KV-cache events, instead of kvgate's own routing
  * history. It owns a PreciseIndex (src/kv/precise-index.ts); the data layer feeds it by connecting a
  * KvEventsSubscriber (src/datalayer/kv-events-subscriber.ts) to `producer.index`, per endpoint, using

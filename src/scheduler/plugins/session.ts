@@ -1,5 +1,6 @@
 /**
- * session-affinity-scorer and session-affinity-filter (llm-d, reference §3.4).
+ * session-affinity-scorer and session-affinity-filter (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/filter/sessionaffinity/`).
  * Strategy encoded_endpoint_header (default): the gateway decodes x-session-token (base64 of an
  * endpoint id, which it writes back on every response) into RequestFacts.sessionToken; the scorer
  * gives that endpoint 1 and others 0, the filter keeps only it when present (else all).

@@ -1,6 +1,6 @@
 /**
- * Theoretical limits of a workload on a fleet (reference simulation-benchmarks-flow-control.md
- * §2.6), so a simulated result is read against what the hardware could do and not only against
+ * Theoretical limits of a workload on a fleet (kvgate's own bounds from the profile's prefill rate and
+ * KV capacity), so a simulated result is read against what the hardware could do and not only against
  * round-robin. Three prefix-cache regimes, each a bound on what routing can achieve:
  *
  * - "zero": nothing is ever reused.
@@ -19,7 +19,8 @@
  *   max_num_batched_tokens chunk, no context) ÷ mean uncached prompt tokens = requests/s, × mean
  *   output tokens;
  * - KV/decode-bound: the KV left per replica after the regime's resident set (the blocks it
- *   reuses at least once, perfectly partitioned over the replicas) ÷ tokens a live request holds beyond it (uncached
+ *   reuses at least once, perfectly partitioned over the replicas) ÷ tokens a live request holds beyond it
+ *   (uncached
  *   prompt + half its output, on average) = concurrent requests per replica (≤ max_num_seqs),
  *   ÷ the step time of that many decodes at mean context (prompt + half the output).
  * - mixed-step: prefill and decode share the engine's steps, so neither bound above is reachable

@@ -1,5 +1,6 @@
 /**
- * Label filters (llm-d scheduling/filter/bylabel, reference §3.5): role filters on the
+ * Label filters (llm-d/llm-d-router@ebab6879 `pkg/epp/framework/plugins/scheduling/filter/bylabel/`): role
+ * filters on the
  * `llm-d.ai/role` label and label-selector-filter with Kubernetes matchLabels/matchExpressions.
  */
 import { z } from "zod";

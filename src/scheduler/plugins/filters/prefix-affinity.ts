@@ -1,7 +1,7 @@
 /**
- * prefix-cache-affinity-filter, "sticky until saturated" (llm-d-router
- * pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/plugin.go; llm-d blog 2026-08-17
- * "Sticky until saturated").
+ * prefix-cache-affinity-filter, "sticky until saturated" (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/filter/prefixcacheaffinity/plugin.go`;
+ * https://llm-d.ai/blog/sticky-until-saturated-token-aware-routing).
  * Sticky endpoints have matchBlocks/totalBlocks ≥ affinityThreshold. None sticky → keep all.
  * With probability explorationProbability keep all. Load gate: estimated TTFT of an endpoint is
  * inFlightTokens / prefill rate · 1000 ms — the endpoint's rate learned from its first-token times

@@ -1,5 +1,7 @@
 /**
- * inflight-load-producer (llm-d, reference §3.3): the gateway's own synchronous view of load.
+ * inflight-load-producer (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload/`): the gateway's own synchronous view
+ * of load.
  * After the pick it adds one request and the request's *uncached* prompt tokens to each profile's
  * target; at the first response chunk prefill is done, so prompt tokens are released (the
  * `prefill` profile's entry in full); at the end the request is released. Optionally adds an

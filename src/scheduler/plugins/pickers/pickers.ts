@@ -1,5 +1,6 @@
 /**
- * Pickers (llm-d scheduling/picker, reference §3.6) plus the kvgate round-robin baseline.
+ * Pickers (llm-d/llm-d-router@ebab6879 `pkg/epp/framework/plugins/scheduling/picker/`) plus the kvgate
+ * round-robin baseline.
  *   max-score-picker       highest score; ties broken uniformly at random (llm-d: shuffle, then
  *                          stable sort by score); returns the top maxNumOfEndpoints
  *   random-picker          uniform random, top maxNumOfEndpoints of a shuffle

@@ -1,6 +1,6 @@
 /**
- * Prompt → prefix block hashes, following llm-d's approximate prefix producer (reference §3.1,
- * llm-d-router approximateprefix/hashing.go):
+ * Prompt → prefix block hashes, following llm-d's approximate prefix producer (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/hashing.go`):
  *   h0  = xxh64(utf8(model) || utf8(cacheSalt))
  *   b_i = xxh64(block_i bytes)             (token ids as LE uint32; or raw prompt bytes)
  *   h_i = xxh64(LE64(b_i) || LE64(h_{i-1}))

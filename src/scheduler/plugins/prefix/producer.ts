@@ -1,5 +1,7 @@
 /**
- * approx-prefix-cache-producer (llm-d, reference §3.1): hashes the request's prompt into chained
+ * approx-prefix-cache-producer (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix/`): hashes the request's prompt
+ * into chained
  * block hashes once per request, looks them up in the approximate index, and writes
  * PrefixMatchInfo for every candidate. After the pick (PreRequest) it records the blocks on the
  * chosen endpoint (and on the `prefill` profile's endpoint), learning only from its own decisions.

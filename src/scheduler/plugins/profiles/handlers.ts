@@ -1,5 +1,6 @@
 /**
- * Profile handlers and P/D deciders (llm-d, reference §3.7, §5.1).
+ * Profile handlers and P/D deciders (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/profilehandler/`).
  *   single-profile-handler   runs the one profile; it is primary.
  *   disagg-profile-handler   minimal P/D: runs `decode` first (primary), then `prefill` when the
  *                            prefill decider approves for the decode target. Encode stages and

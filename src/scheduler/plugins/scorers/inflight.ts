@@ -1,5 +1,6 @@
 /**
- * Scorers on the gateway's in-flight counters (inflight-load-producer), reference §3.3:
+ * Scorers on the gateway's in-flight counters (inflight-load-producer), after llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/scorer/activerequest/` and the token-load-scorer:
  *   active-request-scorer  count ≤ idleThreshold → 1; else (maxCount − count)/maxCount · maxBusyScore
  *   token-load-scorer      1 − min(1, (inFlightTokens + this request's uncached tokens)/queueThresholdTokens)
  *   least-request-scorer   kvgate-only baseline: min-max over in-flight requests (fewest → 1, all equal → 1)

@@ -1,5 +1,6 @@
 /**
- * Scorers on scraped model-server metrics (llm-d, reference §3.3):
+ * Scorers on scraped model-server metrics (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/scorer/`):
  *   queue-scorer                 (max − q)/(max − min) over candidates; all equal → 1
  *   running-requests-size-scorer same min-max on running requests
  *   kv-cache-utilization-scorer  1 − kvCacheUsagePercent

@@ -1,5 +1,6 @@
 /**
- * no-hit-lru-scorer (llm-d, reference §3.4): spreads cache-cold requests. If any candidate holds
+ * no-hit-lru-scorer (llm-d/llm-d-router@ebab6879 `pkg/epp/framework/plugins/scheduling/scorer/`): spreads
+ * cache-cold requests. If any candidate holds
  * part of the prefix ("warm"), every candidate scores 0.5 (neutral). Otherwise candidates are
  * ranked never-used first (in candidate order), then used ones from least to most recently used,
  * and rank p scores 1 − p/(N−1). After the pick, a cold request's endpoint (and the `prefill`

@@ -1,5 +1,6 @@
 /**
- * prefix-cache-scorer (llm-d scheduling/scorer/prefix, reference §3.1):
+ * prefix-cache-scorer (llm-d/llm-d-router@ebab6879
+ * `pkg/epp/framework/plugins/scheduling/scorer/prefix/plugin.go`):
  *   score = w·min(1, matchBlocks·blockSize/scale)² + (1−w)·matchBlocks/totalBlocks
  * with w = matchLengthWeight (default 0: plain match ratio), scale = matchLengthScaleTokens (8192).
  * 0 when the producer wrote nothing or the prompt has no blocks.
