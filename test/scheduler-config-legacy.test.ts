@@ -265,6 +265,24 @@ describe("single legacy rewrites", () => {
     assert.equal(decider.parameters.prefixMatchInfoProducerName, "approx-prefix-cache-producer");
   });
 
+  it("precise-prefix-cache-scorer next to a declared precise producer binds to it, as llm-d-router does", () => {
+    const { config, warnings } = loadConfig(
+      `${HEAD}- type: precise-prefix-cache-producer\n  name: kv\n- type: precise-prefix-cache-scorer\n  parameters: { tokenProcessorConfig: { blockSize: 64 } }\n`,
+    );
+    warning(warnings, 'on the declared precise-prefix-cache-producer "kv"', "its own parameters are ignored");
+    assert.equal(plugin(config, "precise-prefix-cache-scorer").parameters.prefixMatchInfoProducerName, "kv");
+    assert.equal(config.plugins.filter((p) => p.type === "precise-prefix-cache-producer").length, 1);
+  });
+
+  it("precise-prefix-cache-scorer's speculativeTTL in nanoseconds becomes a duration", () => {
+    const { config, warnings } = loadConfig(
+      `${HEAD}- type: precise-prefix-cache-scorer\n  parameters: { speculativeIndexing: true, speculativeTTL: 2000000000 }\n`,
+    );
+    warning(warnings, 'speculativeTTL: 2000000000 (nanoseconds) → "2000ms"');
+    const p = plugin(config, "precise-prefix-cache-producer").parameters;
+    assert.deepEqual([p.speculativeIndexing, p.speculativeTTL], [true, "2000ms"]);
+  });
+
   it("two legacy prefix scorers get a producer each (GIE PR #1888's gpu/cpu example)", () => {
     const { config } = loadConfig(
       `${HEAD}- type: prefix-cache-scorer\n  name: gpu\n  parameters: { autoTune: true }\n- type: prefix-cache-scorer\n  name: cpu\n  parameters: { autoTune: false, lruCapacityPerServer: 41000 }\n`,

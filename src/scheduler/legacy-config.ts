@@ -94,7 +94,14 @@ export function upgradeLegacyConfig(raw: RawConfig, warnings: string[]): RawConf
     produced.set(p, { type: "approx-prefix-cache-producer", name, parameters: {} });
     ctx.producerOf.set(p.name, name);
   }
+  const preciseDeclared = plugins.filter((p) => p.type === "precise-prefix-cache-producer");
   for (const p of splitPrecise) {
+    if (preciseDeclared.length === 1) {
+      // As llm-d-router's alias does: bind to the declared producer, ignore the scorer's own parameters.
+      produced.set(p, preciseDeclared[0]);
+      ctx.producerOf.set(p.name, preciseDeclared[0].name);
+      continue;
+    }
     const name = freeName(
       ctx,
       splitPrecise.length === 1 ? "precise-prefix-cache-producer" : `${p.name}-producer`,
@@ -108,6 +115,18 @@ export function upgradeLegacyConfig(raw: RawConfig, warnings: string[]): RawConf
     const producer = produced.get(p);
     if (producer !== undefined && p.type === "prefix-cache-scorer") {
       out.push(...splitApproxScorer(p, producer, ctx));
+      continue;
+    }
+    if (producer !== undefined && preciseDeclared.includes(producer)) {
+      const scorer = { pluginRef: p.name, producer: producer.name };
+      ctx.warnings.push(
+        `${who(p)} is deprecated (llm-d-inference-scheduler v0.3+; an alias in llm-d-router); loaded as prefix-cache-scorer "${scorer.pluginRef}" on the declared precise-prefix-cache-producer "${scorer.producer}"${Object.keys(p.parameters).length > 0 ? "; its own parameters are ignored" : ""} — write "type: prefix-cache-scorer"`,
+      );
+      out.push({
+        type: "prefix-cache-scorer",
+        name: p.name,
+        parameters: { prefixMatchInfoProducerName: producer.name },
+      });
       continue;
     }
     if (producer !== undefined) {
