@@ -320,6 +320,7 @@ describe("single legacy rewrites", () => {
       "allowsNoLabel",
       "cannot be written as a label selector",
     );
+    rejects(`${HEAD}- type: by-label\n  parameters: { label: role }\n`, '"validValues" is empty');
     rejects(`${HEAD}- type: low-queue-filter\n`, "no longer supported", "queue-scorer");
     rejects(
       `${HEAD}- type: approx-prefix-cache-producer\n- type: prefix-cache-scorer\n  parameters: { hashBlockSize: 64 }\n`,

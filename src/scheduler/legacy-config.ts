@@ -199,6 +199,10 @@ function byLabel(p: RawPlugin, ctx: Ctx): RawPlugin {
     throw new ConfigError(`${who(p)}: parameter "label" must name the label to match`);
   if (!Array.isArray(validValues) || !validValues.every((v) => typeof v === "string"))
     throw new ConfigError(`${who(p)}: parameter "validValues" must be a list of strings`);
+  if (validValues.length === 0 && allowsNoLabel !== true)
+    throw new ConfigError(
+      `${who(p)}: parameter "validValues" is empty, which filters out every endpoint; list the label values to keep`,
+    );
   if (allowsNoLabel === true) {
     throw new ConfigError(
       `${who(p)}: allowsNoLabel: true ("${label}" in [${validValues.join(", ")}] or absent) cannot be written as a label selector; label every endpoint, or use decode-filter for llm-d.ai/role`,
