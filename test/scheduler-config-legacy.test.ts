@@ -214,6 +214,17 @@ describe("llm-d-inference-scheduler release shapes", () => {
     assert.equal(config.plugins.filter((p) => p.kind === "decider").length, 1, "no extra decider");
   });
 
+  it("v0.3 types that kept their names load as they were written", () => {
+    // llm-d-inference-scheduler v0.3 pkg/plugins/register.go and docs/architecture.md.
+    const { config, warnings } = loadConfig(
+      `${HEAD}- type: decode-filter\n- type: load-aware-scorer\n  parameters: { threshold: 128 }\n- type: session-affinity-scorer\n- type: active-request-scorer\n  parameters: { requestTimeout: "2m" }\n- type: kv-cache-utilization-scorer\n- type: queue-scorer\n- type: random-picker\n  parameters: { maxNumOfEndpoints: 1 }\n`,
+    );
+    assert.deepEqual(warnings, [
+      'plugin "active-request-scorer" (type active-request-scorer): parameter "requestTimeout" is deprecated; use nothing (in-flight tracking is done by inflight-load-producer)',
+    ]);
+    assert.equal(plugin(config, "load-aware-scorer").parameters.threshold, 128);
+  });
+
   it("pd-epp-config before the producer split: block counts of 16-token blocks become tokens", () => {
     const { config, warnings } = load("llm-d-inference-scheduler-pd-epp-config.yaml");
     warning(warnings, "before the approx-prefix-cache-producer split", "maxPrefixTokensToMatch: 4096");
