@@ -1,7 +1,6 @@
 // Configs written for earlier GIE and llm-d-inference-scheduler releases load: each fixture in
 // test/fixtures/legacy-configs/ (copied from that release's docs, charts or e2e tests) maps to
 // today's plugins with one warning per rewrite, and old character sizes become honest token sizes.
-// Unknown names get the closest known names in the error.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { before, describe, it } from "node:test";
@@ -12,7 +11,6 @@ import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
 import type { ApproxPrefixProducer } from "../src/scheduler/plugins/prefix/producer.ts";
 import { createScheduler, Scheduler } from "../src/scheduler/scheduler.ts";
-import { closestNames, editDistance } from "../src/scheduler/suggest.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
 
 const DIR = "test/fixtures/legacy-configs";
@@ -341,42 +339,4 @@ describe("single legacy rewrites", () => {
     rejects(`${HEAD}- type: prefix-cache-scorer\n  parameters: { hashBlockSize: -3 }\n`, "positive integer");
     rejects(`${HEAD}- type: pd-profile-handler\n  parameters: { treshold: 3 }\n`, '"treshold"', "threshold");
   });
-});
-
-describe("closest-name suggestions", () => {
-  it("edit distance", () => {
-    assert.equal(editDistance("kitten", "sitting"), 3);
-    assert.equal(editDistance("", "abc"), 3);
-    assert.equal(editDistance("flaw", "lawn"), editDistance("lawn", "flaw"));
-    assert.deepEqual(closestNames("quee-scorer", ["random-picker", "queue-scorer", "queue"]), [
-      "queue-scorer",
-    ]);
-    assert.deepEqual(closestNames("zzz-unrelated", ["queue-scorer", "random-picker"]), []);
-  });
-
-  it("an unknown plugin type names the closest types, legacy ones included", () => {
-    rejects(`${HEAD}- type: kv-cache-utilisation-scorer\n`, 'Did you mean "kv-cache-utilization-scorer"?');
-    rejects(`${HEAD}- type: by-lable\n`, '"by-label"');
-    rejects(`${HEAD}- type: metrics-data-sorce\n`, '"metrics-data-source"');
-    assert.throws(
-      () => loadConfig(`${HEAD}- type: completely-different\n`),
-      (e: unknown) => e instanceof ConfigError && !e.message.includes("Did you mean"),
-    );
-  });
-
-  it("an unknown parameter names the closest parameters, nested and legacy ones included", () => {
-    rejects(`${HEAD}- type: no-hit-lru-scorer\n  parameters: { lruSise: 3 }\n`, 'Did you mean "lruSize"?');
-    rejects(`${HEAD}- type: prefix-cache-scorer\n  parameters: { hashBlokSize: 3 }\n`, '"hashBlockSize"');
-    rejects(
-      `${HEAD}- type: precise-prefix-cache-producer\n  parameters: { kvEventsConfig: { topicFiltr: kv } }\n`,
-      '"kvEventsConfig.topicFiltr"',
-      '"topicFilter"',
-    );
-  });
-
-  it("a dangling pluginRef names the closest declared plugin", () =>
-    rejects(
-      `${HEAD}- type: queue-scorer\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: queue-scorr\n`,
-      'Did you mean "queue-scorer"?',
-    ));
 });
