@@ -2,13 +2,16 @@
  * EndpointPickerConfig loading (llm-d/llm-d-router@ebab6879
  * apix/config/v1alpha1/endpointpickerconfig_types.go): YAML text → a
  * structurally checked RawConfig, strictly (unknown keys, unknown plugin types, bad parameters and
- * dangling references are ConfigErrors naming the culprit). Defaulting is done in one place,
- * effectiveConfig() in defaults.ts. Sections kvgate does not implement load with a warning.
+ * dangling references are ConfigErrors naming the culprit). Older GIE / llm-d plugin names and
+ * parameters are rewritten to today's by legacy-config.ts, with a warning each. Defaulting is done
+ * in one place, effectiveConfig() in defaults.ts. Sections kvgate does not implement load with a
+ * warning.
  */
 import { parseAllDocuments } from "yaml";
 import type { EffectiveConfig } from "./defaults.ts";
 import { effectiveConfig } from "./defaults.ts";
 import { ConfigError } from "./errors.ts";
+import { upgradeLegacyConfig } from "./legacy-config.ts";
 import { parseObjective } from "./objectives.ts";
 import type { PluginRegistry } from "./registry.ts";
 import { builtinRegistry } from "./registry.ts";
@@ -66,7 +69,7 @@ export interface LoadedConfig {
 /** Parses, validates and defaults an EndpointPickerConfig (plus optional InferenceObjective docs). */
 export function loadConfig(text: string, registry: PluginRegistry = builtinRegistry()): LoadedConfig {
   const warnings: string[] = [];
-  const raw = parseConfigText(text, warnings);
+  const raw = upgradeLegacyConfig(parseConfigText(text, warnings), warnings);
   const config = effectiveConfig(raw, registry, warnings);
   return { config, warnings };
 }

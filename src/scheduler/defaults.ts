@@ -10,11 +10,13 @@
  *   5. no profile handler → single-profile-handler; no saturation detector → utilization-detector.
  */
 import { stringify } from "yaml";
-import type { ZodError } from "zod";
+import type { ZodError, ZodType } from "zod";
 import type { RawConfig, RawPlugin } from "./config.ts";
 import { ConfigError } from "./errors.ts";
-import type { Need, PluginKind } from "./plugin-spec.ts";
+import { LEGACY_PARAMS, LEGACY_TYPES } from "./legacy-config.ts";
+import type { Need, PluginKind, PluginSpec } from "./plugin-spec.ts";
 import type { PluginRegistry } from "./registry.ts";
+import { didYouMean } from "./suggest.ts";
 
 export interface EffectivePlugin {
   type: string;
@@ -88,7 +90,9 @@ export function effectiveConfig(
       const p = byName.get(r.pluginRef);
       const where = `profile "${prof.name}": pluginRef "${r.pluginRef}"`;
       if (p === undefined)
-        throw new ConfigError(`${where} names no plugin; declare it under plugins or fix the name`);
+        throw new ConfigError(
+          `${where} names no plugin; declare it under plugins or fix the name.${didYouMean(r.pluginRef, byName.keys())}`,
+        );
       if (!PROFILE_KINDS.includes(p.kind)) {
         throw new ConfigError(
           `${where} is a ${p.kind} (type ${p.type}); profiles hold only filters, scorers and one picker`,
@@ -179,7 +183,9 @@ function parsePlugin(
   if (s === undefined) {
     const why = registry.unimplemented(p.type);
     if (why !== undefined) throw new ConfigError(`${who} is not implemented in kvgate: ${why}`);
-    throw new ConfigError(`${who}: unknown plugin type; known types: ${registry.types().join(", ")}`);
+    throw new ConfigError(
+      `${who}: unknown plugin type.${didYouMean(p.type, [...registry.knownTypes(), ...LEGACY_TYPES])} Known types: ${registry.types().join(", ")}`,
+    );
   }
   for (const k of Object.keys(p.parameters)) {
     const unsupported = s.unsupportedParams?.[k];
@@ -190,20 +196,46 @@ function parsePlugin(
       warnings.push(`${who}: parameter "${k}" is deprecated; use ${replacement}`);
   }
   const r = s.params.safeParse(p.parameters);
-  if (!r.success) throw new ConfigError(`${who}: ${formatIssues(r.error)}`);
+  if (!r.success) throw new ConfigError(`${who}: ${formatIssues(r.error, s)}`);
   return { type: p.type, name: p.name, kind: s.kind, parameters: { ...r.data }, origin };
 }
 
-function formatIssues(e: ZodError): string {
+function formatIssues(e: ZodError, s: PluginSpec): string {
   return e.issues
     .map((i) => {
       if (i.code === "unrecognized_keys") {
-        return `unknown parameter${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => `"${[...i.path, k].join(".")}"`).join(", ")}`;
+        const known = paramNames(s.params, i.path);
+        if (i.path.length === 0) known.push(...Object.keys(s.deprecatedParams ?? {}));
+        const legacy = i.path.length === 0 ? (LEGACY_PARAMS[s.type] ?? []) : [];
+        const hints = i.keys.map((k) => didYouMean(k, [...known, ...legacy])).join("");
+        return `unknown parameter${i.keys.length > 1 ? "s" : ""} ${i.keys.map((k) => `"${[...i.path, k].join(".")}"`).join(", ")}.${hints} Known: ${known.join(", ") || "none"}`;
       }
       const path = i.path.length > 0 ? `parameter "${i.path.join(".")}": ` : "";
       return `${path}${i.message}`;
     })
     .join("; ");
+}
+
+/** The keys of the object schema at `path` inside a plugin's parameter schema. */
+function paramNames(schema: ZodType, path: readonly PropertyKey[]): string[] {
+  let cur: unknown = schema;
+  const unwrap = () => {
+    for (let d = (cur as ZodDef)._zod?.def; d?.innerType ?? d?.in; d = (cur as ZodDef)._zod?.def)
+      cur = d.innerType ?? d.in;
+  };
+  unwrap();
+  for (const key of path) {
+    const shape = (cur as { shape?: Record<string, unknown> }).shape;
+    if (shape === undefined || typeof key !== "string" || !(key in shape)) return [];
+    cur = shape[key];
+    unwrap();
+  }
+  const shape = (cur as { shape?: Record<string, unknown> }).shape;
+  return shape === undefined ? [] : Object.keys(shape);
+}
+
+interface ZodDef {
+  _zod?: { def?: { innerType?: unknown; in?: unknown } };
 }
 
 /** Points each consumer at its producer; required needs may auto-add the default producer. */

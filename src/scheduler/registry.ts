@@ -90,6 +90,11 @@ export class PluginRegistry {
     return [...this.#specs.keys()].sort();
   }
 
+  /** Every type name the registry can explain: implemented, not implemented, or ignored. */
+  knownTypes(): string[] {
+    return [...this.#specs.keys(), ...this.#unimplemented.keys(), ...this.#ignored.keys()];
+  }
+
   specs(): PluginSpec[] {
     return [...this.#specs.values()];
   }
@@ -126,10 +131,8 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   utilizationDetectorSpec,
 ];
 
-/** llm-d plugin types kvgate recognises but does not implement (yet). */
+/** llm-d plugin types kvgate recognises but does not implement (yet). Older names are in legacy-config.ts. */
 export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
-  "precise-prefix-cache-scorer":
-    "deprecated in llm-d; use precise-prefix-cache-producer with prefix-cache-scorer",
   "token-producer": "kvgate tokenizes in the gateway; pass RequestFacts.tokenIds instead",
   "predicted-latency-producer": "the latency predictor is not implemented",
   "latency-scorer": "the latency predictor is not implemented",
@@ -140,12 +143,9 @@ export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
   "utilization-filter": "not implemented; utilization-detector can be used as a filter",
   "concurrency-detector": "not implemented; use utilization-detector",
   "probabilistic-admitter": "not implemented; kvgate sheds sheddable requests at saturation ≥ 1",
-  "pd-profile-handler": "deprecated in llm-d; use disagg-profile-handler",
   "data-parallel-profile-handler": "not implemented",
   "header-profile-handler": "not implemented",
   "always-disagg-multimodal-decider": "not implemented",
-  "by-label": "deprecated in llm-d; use label-selector-filter",
-  "by-label-selector": "deprecated in llm-d; use label-selector-filter",
 };
 
 const DATA_LAYER = "kvgate's data layer (metrics scraping) is configured outside EndpointPickerConfig";
