@@ -167,9 +167,12 @@ function ranked(
   return { value: v, rank, best: vals[0].x };
 }
 
+/** value against best: "+12.3%" / "-4.0%", or "3.2×" once it is twice as large or more. */
 function rel(value: number, best: number): string {
   if (best === 0) return "";
-  const d = (value / best - 1) * 100;
+  const ratio = value / best;
+  if (ratio >= 2) return `${ratio.toFixed(1)}×`;
+  const d = (ratio - 1) * 100;
   return `${d >= 0 ? "+" : ""}${d.toFixed(1)}%`;
 }
 

@@ -1,0 +1,164 @@
+// The behaviours kvgate's default config (config/examples/default.yaml) is built on, pinned one by
+// one: KV pressure breaks a tie between replicas that both hold the prefix, a cold idle replica does
+// not steal a warm request, and the affinity gate's release uses each replica's learned prefill
+// rate. Plus the estimator behind that rate.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { before, describe, it } from "node:test";
+import type { Hasher } from "../src/scheduler/hash.ts";
+import { createXxHasher } from "../src/scheduler/hash.ts";
+import { PrefillRateEstimator } from "../src/scheduler/plugins/inflight/prefill-rate.ts";
+import { createScheduler } from "../src/scheduler/scheduler.ts";
+import { completion, endpoint } from "../src/scheduler/testing.ts";
+import type { EndpointState, RequestFacts } from "../src/scheduler/types.ts";
+
+let h: Hasher;
+before(async () => {
+  h = await createXxHasher();
+});
+
+const DEFAULT = readFileSync("config/examples/default.yaml", "utf8");
+/** A long shared document: its blocks dominate every prompt below (affinity ≥ 0.8). */
+const DOC = "the quarterly report says revenue grew while costs held steady. ".repeat(200);
+
+/** Routes `req` to `only` (the sole candidate) and completes it, so the prefix index learns it. */
+async function warm(
+  s: Awaited<ReturnType<typeof createScheduler>>["scheduler"],
+  req: RequestFacts,
+  only: EndpointState,
+  t: number,
+) {
+  const r = s.schedule(req, [only], t);
+  assert.equal(r.target?.id, only.id);
+  s.onPicked(req, r, t);
+  s.onResponseStarted(req, only.id, t + 0.1);
+  s.onResponseComplete(req, only.id, t + 0.2);
+}
+
+describe("default config", () => {
+  it("a replica under KV pressure loses a tie it would have won on affinity", async () => {
+    for (const [busy, calm] of [
+      ["a:1", "b:1"],
+      ["b:1", "a:1"],
+    ]) {
+      // Several seeds: without the KV signal the two warm replicas tie and the pick is a coin flip.
+      for (let seed = 1; seed <= 8; seed++) {
+        const { scheduler } = await createScheduler(DEFAULT, { hasher: h, seed });
+        await warm(scheduler, completion("w1", `${DOC} first question?`), endpoint("a:1"), 0);
+        await warm(scheduler, completion("w2", `${DOC} second question?`), endpoint("b:1"), 1);
+        const pool = [
+          endpoint(busy, { kvCacheUsagePercent: 0.95, updateTime: 2 }),
+          endpoint(calm, { kvCacheUsagePercent: 0.3, updateTime: 2 }),
+          endpoint("c:1", { kvCacheUsagePercent: 0, updateTime: 2 }),
+        ];
+        const r = scheduler.schedule(completion("q", `${DOC} third question?`), pool, 2);
+        assert.equal(r.target?.id, calm, `seed ${seed}: busy ${busy}`);
+      }
+    }
+  });
+
+  it("an idle cold replica does not take a request a warm one can serve", async () => {
+    const { scheduler } = await createScheduler(DEFAULT, { hasher: h, seed: 3 });
+    await warm(scheduler, completion("w", `${DOC} first question?`), endpoint("a:1"), 0);
+    const pool = [
+      endpoint("a:1", { kvCacheUsagePercent: 0.6, runningRequestsSize: 12, updateTime: 1 }),
+      endpoint("b:1", { updateTime: 1 }),
+    ];
+    const r = scheduler.schedule(completion("q", `${DOC} another question?`), pool, 1, { explain: true });
+    assert.equal(r.target?.id, "a:1");
+    const removed = r.explanation?.profiles.default.candidates.find((c) => c.id === "b:1")?.removedBy;
+    assert.equal(removed, "prefix-cache-affinity-filter");
+  });
+});
+
+/** A gate config: release when the warm replica is > 1 s of prefill behind the best cold one. */
+function gate(learn: boolean) {
+  return `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-affinity-filter
+  parameters: { maxTTFTPenaltyMs: 1000, peakPrefillThroughput: 10000, learnPrefillThroughput: ${learn} }
+- type: token-load-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-affinity-filter
+  - pluginRef: token-load-scorer
+`;
+}
+
+describe("affinity gate with a learned prefill rate", () => {
+  /**
+   * Teaches a:1 that it prefills ~4× faster than the configured 10,000 tok/s (each cold 8k-token
+   * prompt's first token comes 0.05 s after its pick), then leaves ~15k uncached tokens queued on
+   * it: 1.5 s at the configured rate (release), 0.4 s at the learned one (stay).
+   */
+  async function run(learn: boolean) {
+    const { scheduler } = await createScheduler(gate(learn), { hasher: h, seed: 1 });
+    const a = endpoint("a:1");
+    let t = 0;
+    for (let i = 0; i < 8; i++) {
+      const req = completion(`cold${i}`, `${"x".repeat(4)}${i} ${"unique words here ".repeat(1800)}`);
+      const r = scheduler.schedule(req, [a], t);
+      scheduler.onPicked(req, r, t);
+      scheduler.onResponseStarted(req, "a:1", t + 0.2);
+      scheduler.onResponseComplete(req, "a:1", t + 0.3);
+      t += 1;
+    }
+    await warm(scheduler, completion("w", `${DOC} first question?`), a, t);
+    // Two long prompts queued on a:1, no first token yet.
+    for (let i = 0; i < 2; i++) {
+      const req = completion(`q${i}`, `${i} ${"queued prompt text ".repeat(1500)}`);
+      scheduler.onPicked(req, scheduler.schedule(req, [a], t + 1), t + 1);
+    }
+    const view = scheduler.endpointViews("a:1");
+    const r = scheduler.schedule(completion("x", `${DOC} another question?`), [a, endpoint("b:1")], t + 1.01);
+    return { target: r.target?.id, view };
+  }
+
+  it("stays sticky when the replica's learned rate says it will catch up", async () => {
+    const { target, view } = await run(true);
+    assert.equal(target, "a:1");
+    const learned = view["inflight-load-producer"]?.learnedPrefillThroughput as number;
+    assert.ok(learned > 30000 && learned < 60000, `learned ${learned}`);
+    assert.equal(view["prefix-cache-affinity-filter"]?.peakPrefillThroughput, 10000);
+  });
+
+  it("releases on the hand-set rate when learning is off (llm-d's behaviour)", async () => {
+    const { target } = await run(false);
+    assert.equal(target, "b:1");
+  });
+});
+
+describe("PrefillRateEstimator", () => {
+  it("divides tokens by the time each prefill had the engine to itself", () => {
+    const e = new PrefillRateEstimator(1e12, 1000);
+    // Two prompts picked together: the second's prefill starts when the first's ends.
+    e.observe("a", 0, 0.5, 10000);
+    e.observe("a", 0, 1.0, 10000);
+    assert.ok(Math.abs((e.rate("a") as number) - 20000) < 1e-6);
+    // An idle gap is not counted: the next prompt is picked at 5 and starts at 5.25.
+    e.observe("a", 5, 5.25, 5000);
+    assert.ok(Math.abs((e.rate("a") as number) - 25000 / 1.25) < 1e-6);
+  });
+
+  it("says nothing until enough tokens were seen, and forgets endpoints that left", () => {
+    const e = new PrefillRateEstimator(1e6, 20000);
+    e.observe("a", 0, 1, 15000);
+    assert.equal(e.rate("a"), undefined);
+    e.observe("a", 1, 2, 15000);
+    assert.equal(e.rate("a"), 15000);
+    e.retain(new Set(["b"]));
+    assert.equal(e.rate("a"), undefined);
+    assert.equal(e.view("a").samples, 0);
+  });
+
+  it("follows a replica that slows down, weighting recent tokens more", () => {
+    const e = new PrefillRateEstimator(50000, 1000);
+    let t = 0;
+    for (let i = 0; i < 20; i++) e.observe("a", t, (t += 0.25), 10000); // 40k tok/s
+    for (let i = 0; i < 20; i++) e.observe("a", t, (t += 1), 10000); // then 10k tok/s
+    const r = e.rate("a") as number;
+    assert.ok(r < 12000 && r > 10000, `rate ${r}`);
+  });
+});
