@@ -44,7 +44,11 @@ export interface DriverOptions {
   requestTimeout?: number;
   /** Where to scrape vLLM /metrics; default: the targets. [] disables scraping. */
   metricsEndpoints?: string[];
-  /** Wall seconds between KV-usage samples (default 1). */
+  /**
+   * Wall seconds between KV-usage samples. Default: one workload second, within [0.1, 1] wall
+   * seconds, so a run on a fast simulated clock is still sampled (a fixed 1 s left short runs
+   * with none).
+   */
   metricsInterval?: number;
   headers?: Record<string, string>;
   /** Merged into every request body (e.g. {"return_token_ids": true}). */
@@ -92,23 +96,66 @@ class Waker {
   }
 }
 
-async function resolveModel(
+/** What GET {base}/v1/models said: the model ids, or the status when it answered something else. */
+export type ModelList = { ids: string[] } | { status: number };
+
+async function fetchModels(
   base: string,
   dispatcher: Agent,
   headers: Record<string, string>,
-): Promise<string> {
+): Promise<ModelList> {
+  let status: number;
+  let text: string;
   try {
     const res = await request(`${base}/v1/models`, {
       dispatcher,
       headers,
       signal: AbortSignal.timeout(10_000),
     });
-    const body = (await res.body.json()) as { data?: Array<{ id?: string }> };
-    const id = body.data?.[0]?.id;
-    if (res.statusCode === 200 && typeof id === "string") return id;
-    throw new Error(`HTTP ${res.statusCode}, no model listed`);
+    status = res.statusCode;
+    text = await res.body.text();
   } catch (e) {
-    throw new Error(`cannot list models at ${base}/v1/models (${(e as Error).message}); pass a model name`);
+    throw new Error(
+      `cannot reach ${base} to list its models (${(e as Error).message}): is the server running, and ` +
+        "is the URL right?",
+    );
+  }
+  if (status !== 200) return { status };
+  try {
+    const body = JSON.parse(text) as { data?: Array<{ id?: unknown }> };
+    if (!Array.isArray(body.data)) return { status };
+    return { ids: body.data.flatMap((m) => (typeof m?.id === "string" ? [m.id] : [])) };
+  } catch {
+    return { status };
+  }
+}
+
+/** The model to send to `base`: the first it lists; throws with what to do when there is none. */
+export function pickModel(base: string, list: ModelList): string {
+  if ("ids" in list && list.ids.length) return list.ids[0];
+  throw new Error(
+    "ids" in list
+      ? `${base}/v1/models lists no model: pass --model NAME`
+      : `${base}/v1/models answered HTTP ${list.status} without a model list: is ${base} an ` +
+          "OpenAI-compatible server (vLLM, kvgate sim-replica, kvgate serve)? If it is, pass --model NAME",
+  );
+}
+
+async function resolveModel(
+  base: string,
+  dispatcher: Agent,
+  headers: Record<string, string>,
+): Promise<string> {
+  return pickModel(base, await fetchModels(base, dispatcher, headers));
+}
+
+/** GET {base}/v1/models; throws with what to do when nothing answers. */
+export async function listModels(base: string, headers: Record<string, string> = {}): Promise<ModelList> {
+  const dispatcher = new Agent();
+  try {
+    return await fetchModels(normalizeBase(base), dispatcher, headers);
+  } finally {
+    await dispatcher.close();
   }
 }
 
@@ -143,9 +190,10 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
     const samples: ReplicaSnapshot[][] = [];
     let sampling = metricUrls.length > 0;
     const samplerWaker = new Waker();
+    const interval = opts.metricsInterval ?? Math.min(1, Math.max(0.1, 1 / scale));
     const sampler = (async () => {
       while (sampling) {
-        await samplerWaker.wait((opts.metricsInterval ?? 1) * 1000);
+        await samplerWaker.wait(interval * 1000);
         if (sampling) samples.push(await scrapeAll());
       }
     })();
@@ -299,6 +347,7 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
       await sampler;
     }
     report();
+    const wallSeconds = (performance.now() - t0) / 1000;
     const after = await scrapeAll();
     const anyMetrics = [...before, ...after].some(
       (s) => s.ok && (s.queries !== undefined || s.kvUsage !== undefined),
@@ -307,7 +356,9 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
       records,
       notSent: workload.requests.length - progress.sent,
       stageStarts: workload.stages.map((s) => scheduler.stageStart(s.index)),
-      ...(anyMetrics ? { fleet: fleetStats(before, after, samples) } : {}),
+      ...(anyMetrics
+        ? { fleet: fleetStats(before, after, samples, { wallSeconds, intervalSeconds: interval }) }
+        : {}),
       model,
       started,
       maxScheduleLag: maxLag,
