@@ -115,6 +115,10 @@ export function specFromFlags(f: Flags): WorkloadSpecInput {
   if (f.workload) spec.workload = f.workload as WorkloadSpecInput["workload"];
   if (f.preset) spec.preset = f.preset;
   if (f.trace) spec.workload ??= "trace";
+  if (f.trace && spec.workload !== "trace")
+    throw new InvalidArgumentError(
+      `--trace replays a trace, but the workload is ${spec.workload}: drop --trace, or --workload/--preset`,
+    );
   if (f.seed !== undefined) spec.seed = f.seed;
   if (f.numRequests !== undefined) spec.numRequests = f.numRequests;
   for (const kv of f.set ?? []) {
@@ -149,7 +153,6 @@ export function specFromFlags(f: Flags): WorkloadSpecInput {
 
 /** Reads a file a flag names, with an error that says which flag and what to do. */
 function readFlagFile(flag: string, path: string): string {
-  if (path === "") throw new BenchSetupError(`the trace workload needs ${flag} FILE.jsonl`);
   try {
     return readFileSync(path, "utf8");
   } catch (e) {
@@ -166,12 +169,15 @@ function loadWorkload(f: Flags) {
     ...(f.workloadFile ? { workloadText: readFlagFile("--workload-file", f.workloadFile) } : {}),
   });
   const spec = resolveWorkloadSpec(input);
-  const traceText =
-    spec.workload === "trace"
-      ? f.trace
-        ? readFlagFile("--trace", f.trace)
-        : readFlagFile("--trace (or options.path in --workload-file)", String(spec.options["path"] ?? ""))
-      : undefined;
+  let traceText: string | undefined;
+  if (spec.workload === "trace") {
+    const path = f.trace ?? (spec.options["path"] as string | undefined);
+    if (!path)
+      throw new BenchSetupError(
+        "the trace workload needs --trace FILE.jsonl (or options.path in --workload-file)",
+      );
+    traceText = readFlagFile(f.trace ? "--trace" : "options.path", path);
+  }
   return { spec, workload: generateWorkload(spec, { traceText }) };
 }
 
@@ -264,7 +270,13 @@ export async function prepareBench(f: Flags): Promise<Prepared | null> {
   const { spec, workload } = loadWorkload(f);
   for (const note of workload.notes ?? []) console.error(`note: ${note}`);
   if (f.writeTrace) {
-    writeFileSync(f.writeTrace, traceToJsonl(workloadToTrace(workload)));
+    try {
+      writeFileSync(f.writeTrace, traceToJsonl(workloadToTrace(workload)));
+    } catch (e) {
+      throw new BenchSetupError(
+        `--write-trace ${f.writeTrace}: cannot write (${(e as Error).message}); choose another path`,
+      );
+    }
     console.error(`wrote ${workload.requests.length} trace records to ${f.writeTrace}`);
   }
   if (f.dryRun) {

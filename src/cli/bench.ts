@@ -98,7 +98,7 @@ async function action(f: Flags, cmd: Command): Promise<void> {
   if (result.maxScheduleLag > 1)
     console.error(
       `warning: requests were sent up to ${result.maxScheduleLag.toFixed(1)} ${unit} late; ` +
-        "the driver could not keep up (lower --time-scale or the rate)",
+        "the driver could not keep up (lower the rate, or run the replicas at a lower --time-scale)",
     );
   if (f.json) {
     try {
@@ -110,7 +110,7 @@ async function action(f: Flags, cmd: Command): Promise<void> {
       if (saved.problem) {
         console.error(`kvgate bench: ${saved.problem}`);
         process.exitCode = 1;
-      } else console.error(`results written to ${saved.path}`);
+      } else console.error(`results ${f.append ? "appended to" : "written to"} ${saved.path}`);
     } catch (e) {
       console.error(`kvgate bench: ${(e as Error).message}; the run follows on stdout as JSON`);
       console.log(JSON.stringify(run));
