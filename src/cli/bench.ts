@@ -191,7 +191,7 @@ export function registerBench(program: Command): Command {
     .option("--request-timeout <s>", "per-request limit, workload seconds (default 600)", number)
     .option(
       "--metrics-endpoints <urls>",
-      "replica base URLs to scrape /metrics from (default: the targets, or the gateway's replicas)",
+      "replica base URLs to scrape /metrics from (default: the targets; with --gateway-admin, the gateway's replicas)",
       list,
     )
     .option(
