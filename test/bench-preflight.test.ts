@@ -6,6 +6,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
+import { pickModel } from "../src/bench/driver.ts";
 import { fleetStats, type ReplicaSnapshot } from "../src/bench/fleet-metrics.ts";
 import type { RequestRecord } from "../src/bench/metrics.ts";
 import { judgeRun } from "../src/bench/outcome.ts";
@@ -33,6 +34,20 @@ describe("checkBaseUrl", () => {
     assert.throws(() => checkBaseUrl("--target", "10.0.0.5:8000/v1"), /use http:\/\/10\.0\.0\.5:8000\/v1$/);
     assert.throws(() => checkBaseUrl("--metrics-endpoints", "ftp://h:1"), /only http:\/\/ and https:\/\//);
     assert.equal(checkBaseUrl("--target", "http://localhost:8080/"), "http://localhost:8080");
+  });
+});
+
+describe("pickModel", () => {
+  test("the first listed model; otherwise what to pass", () => {
+    assert.equal(pickModel("http://t", { ids: ["a", "b"] }), "a");
+    assert.throws(
+      () => pickModel("http://t", { ids: [] }),
+      /^Error: http:\/\/t\/v1\/models lists no model: pass --model NAME$/,
+    );
+    assert.throws(
+      () => pickModel("http://t", { status: 404 }),
+      /answered HTTP 404 without a model list: is http:\/\/t an OpenAI-compatible server.*pass --model NAME/,
+    );
   });
 });
 
