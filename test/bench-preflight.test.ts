@@ -6,9 +6,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
-import { pickModel } from "../src/bench/driver.ts";
 import { fleetStats, type ReplicaSnapshot } from "../src/bench/fleet-metrics.ts";
 import type { RequestRecord } from "../src/bench/metrics.ts";
+import { pickModel } from "../src/bench/model-list.ts";
 import { judgeRun } from "../src/bench/outcome.ts";
 import { BenchSetupError, checkBaseUrl, decideClock } from "../src/bench/preflight.ts";
 import { type RunResult, resultsFile } from "../src/bench/results.ts";

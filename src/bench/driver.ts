@@ -12,6 +12,7 @@
 import { Agent, request } from "undici";
 import { fleetStats, metricsUrl, type ReplicaSnapshot, scrapeReplica } from "./fleet-metrics.ts";
 import type { RequestRecord } from "./metrics.ts";
+import { resolveModel } from "./model-list.ts";
 import type { FleetResult } from "./results.ts";
 import { ArrivalScheduler } from "./schedule.ts";
 import { distributeTokens, interpretPayload, SseSplitter, type Usage } from "./sse.ts";
@@ -96,69 +97,6 @@ class Waker {
   }
 }
 
-/** What GET {base}/v1/models said: the model ids, or the status when it answered something else. */
-export type ModelList = { ids: string[] } | { status: number };
-
-async function fetchModels(
-  base: string,
-  dispatcher: Agent,
-  headers: Record<string, string>,
-): Promise<ModelList> {
-  let status: number;
-  let text: string;
-  try {
-    const res = await request(`${base}/v1/models`, {
-      dispatcher,
-      headers,
-      signal: AbortSignal.timeout(10_000),
-    });
-    status = res.statusCode;
-    text = await res.body.text();
-  } catch (e) {
-    throw new Error(
-      `cannot reach ${base} to list its models (${(e as Error).message}): is the server running, and ` +
-        "is the URL right?",
-    );
-  }
-  if (status !== 200) return { status };
-  try {
-    const body = JSON.parse(text) as { data?: Array<{ id?: unknown }> };
-    if (!Array.isArray(body.data)) return { status };
-    return { ids: body.data.flatMap((m) => (typeof m?.id === "string" ? [m.id] : [])) };
-  } catch {
-    return { status };
-  }
-}
-
-/** The model to send to `base`: the first it lists; throws with what to do when there is none. */
-export function pickModel(base: string, list: ModelList): string {
-  if ("ids" in list && list.ids.length) return list.ids[0];
-  throw new Error(
-    "ids" in list
-      ? `${base}/v1/models lists no model: pass --model NAME`
-      : `${base}/v1/models answered HTTP ${list.status} without a model list: is ${base} an ` +
-          "OpenAI-compatible server (vLLM, kvgate sim-replica, kvgate serve)? If it is, pass --model NAME",
-  );
-}
-
-async function resolveModel(
-  base: string,
-  dispatcher: Agent,
-  headers: Record<string, string>,
-): Promise<string> {
-  return pickModel(base, await fetchModels(base, dispatcher, headers));
-}
-
-/** GET {base}/v1/models; throws with what to do when nothing answers. */
-export async function listModels(base: string, headers: Record<string, string> = {}): Promise<ModelList> {
-  const dispatcher = new Agent();
-  try {
-    return await fetchModels(normalizeBase(base), dispatcher, headers);
-  } finally {
-    await dispatcher.close();
-  }
-}
-
 function errorKind(e: unknown): string {
   const err = e as { name?: string; code?: string };
   if (err.name === "TimeoutError" || err.code === "UND_ERR_HEADERS_TIMEOUT") return "timeout";
@@ -180,7 +118,7 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
   const metricUrls = (opts.metricsEndpoints ?? targets).map(metricsUrl);
   const scrapeAll = () => Promise.all(metricUrls.map((u) => scrapeReplica(u, dispatcher)));
   try {
-    const model = opts.model ?? (await resolveModel(targets[0], dispatcher, opts.headers ?? {}));
+    const model = opts.model ?? (await resolveModel(targets[0], opts.headers ?? {}, dispatcher));
     const before = await scrapeAll();
     const started = new Date().toISOString();
     const t0 = performance.now();

@@ -7,9 +7,9 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { InvalidArgumentError } from "commander";
-import { listModels, pickModel } from "../bench/driver.ts";
 import { metricsUrl } from "../bench/fleet-metrics.ts";
 import type { Slo } from "../bench/metrics.ts";
+import { listModels, pickModel } from "../bench/model-list.ts";
 import {
   BenchSetupError,
   type Clock,
