@@ -151,6 +151,33 @@ describe("workload spec", () => {
     );
   });
 
+  test("an unknown key names the keys that are valid there", () => {
+    assert.throws(
+      () => resolveWorkloadSpec({ preset: "smoke", options: { foo: 1 } }),
+      (e: Error) =>
+        /shared-prefix options: unknown key "foo"/.test(e.message) &&
+        /valid: numGroups, promptsPerGroup, systemPromptLen, questionLen, outputLen, api, order\)/.test(
+          e.message,
+        ),
+    );
+    assert.throws(
+      () => resolveWorkloadSpec({ workload: "random", options: { numGroups: 3 } }),
+      /random options: unknown key "numGroups" \(valid: inputLen, outputLen, api\)/,
+    );
+    assert.throws(
+      () => parseWorkloadYaml("workload: random\narrival: {type: gamma, rate: 1, burstiness: 1, foo: 2}\n"),
+      /workload file\.arrival: unknown key "foo" \(valid: type, rate, burstiness\)/,
+    );
+    assert.throws(
+      () => resolveWorkloadSpec({ workload: "random", arrival: { type: "poisson", rate: 0 } }),
+      /arrival\.rate \(--rate\)/,
+    );
+    assert.throws(
+      () => resolveWorkloadSpec({ preset: "smoke", workload: "random" }),
+      /not random: drop one of the two/,
+    );
+  });
+
   test("YAML spec files parse strictly", () => {
     const input = parseWorkloadYaml(
       "workload: multi-turn\nseed: 3\nnumRequests: 2\narrival: {type: gamma, rate: 4, burstiness: 0.5}\noptions:\n  turns: 2\n",

@@ -12,6 +12,7 @@
 import { Agent, request } from "undici";
 import { fleetStats, metricsUrl, type ReplicaSnapshot, scrapeReplica } from "./fleet-metrics.ts";
 import type { RequestRecord } from "./metrics.ts";
+import { resolveModel } from "./model-list.ts";
 import type { FleetResult } from "./results.ts";
 import { ArrivalScheduler } from "./schedule.ts";
 import { distributeTokens, interpretPayload, SseSplitter, type Usage } from "./sse.ts";
@@ -44,7 +45,11 @@ export interface DriverOptions {
   requestTimeout?: number;
   /** Where to scrape vLLM /metrics; default: the targets. [] disables scraping. */
   metricsEndpoints?: string[];
-  /** Wall seconds between KV-usage samples (default 1). */
+  /**
+   * Wall seconds between KV-usage samples. Default: one workload second, within [0.1, 1] wall
+   * seconds, so a run on a fast simulated clock is still sampled (a fixed 1 s left short runs
+   * with none).
+   */
   metricsInterval?: number;
   headers?: Record<string, string>;
   /** Merged into every request body (e.g. {"return_token_ids": true}). */
@@ -92,26 +97,6 @@ class Waker {
   }
 }
 
-async function resolveModel(
-  base: string,
-  dispatcher: Agent,
-  headers: Record<string, string>,
-): Promise<string> {
-  try {
-    const res = await request(`${base}/v1/models`, {
-      dispatcher,
-      headers,
-      signal: AbortSignal.timeout(10_000),
-    });
-    const body = (await res.body.json()) as { data?: Array<{ id?: string }> };
-    const id = body.data?.[0]?.id;
-    if (res.statusCode === 200 && typeof id === "string") return id;
-    throw new Error(`HTTP ${res.statusCode}, no model listed`);
-  } catch (e) {
-    throw new Error(`cannot list models at ${base}/v1/models (${(e as Error).message}); pass a model name`);
-  }
-}
-
 function errorKind(e: unknown): string {
   const err = e as { name?: string; code?: string };
   if (err.name === "TimeoutError" || err.code === "UND_ERR_HEADERS_TIMEOUT") return "timeout";
@@ -133,7 +118,7 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
   const metricUrls = (opts.metricsEndpoints ?? targets).map(metricsUrl);
   const scrapeAll = () => Promise.all(metricUrls.map((u) => scrapeReplica(u, dispatcher)));
   try {
-    const model = opts.model ?? (await resolveModel(targets[0], dispatcher, opts.headers ?? {}));
+    const model = opts.model ?? (await resolveModel(targets[0], opts.headers ?? {}, dispatcher));
     const before = await scrapeAll();
     const started = new Date().toISOString();
     const t0 = performance.now();
@@ -143,9 +128,10 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
     const samples: ReplicaSnapshot[][] = [];
     let sampling = metricUrls.length > 0;
     const samplerWaker = new Waker();
+    const interval = opts.metricsInterval ?? Math.min(1, Math.max(0.1, 1 / scale));
     const sampler = (async () => {
       while (sampling) {
-        await samplerWaker.wait((opts.metricsInterval ?? 1) * 1000);
+        await samplerWaker.wait(interval * 1000);
         if (sampling) samples.push(await scrapeAll());
       }
     })();
@@ -299,6 +285,7 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
       await sampler;
     }
     report();
+    const wallSeconds = (performance.now() - t0) / 1000;
     const after = await scrapeAll();
     const anyMetrics = [...before, ...after].some(
       (s) => s.ok && (s.queries !== undefined || s.kvUsage !== undefined),
@@ -307,7 +294,9 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
       records,
       notSent: workload.requests.length - progress.sent,
       stageStarts: workload.stages.map((s) => scheduler.stageStart(s.index)),
-      ...(anyMetrics ? { fleet: fleetStats(before, after, samples) } : {}),
+      ...(anyMetrics
+        ? { fleet: fleetStats(before, after, samples, { wallSeconds, intervalSeconds: interval }) }
+        : {}),
       model,
       started,
       maxScheduleLag: maxLag,

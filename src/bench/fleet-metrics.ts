@@ -99,6 +99,7 @@ export function fleetStats(
   before: ReplicaSnapshot[],
   after: ReplicaSnapshot[],
   samples: ReplicaSnapshot[][],
+  timing?: { wallSeconds: number; intervalSeconds: number },
 ): FleetResult {
   const urls = [...new Set([...before, ...after].map((s) => s.url))];
   const byUrl = (list: ReplicaSnapshot[], url: string) => list.find((s) => s.url === url && s.ok);
@@ -157,9 +158,31 @@ export function fleetStats(
     kv_usage_max: mean(maxs),
     kv_usage_peak: maxs.length ? Math.max(...maxs) : null,
     samples: means.length,
+    ...(means.length === 0 ? { kv_usage_note: noSampleReason(samples, timing) } : {}),
     ...simFields(after),
     endpoints,
   };
+}
+
+/** Why a run has no KV-usage sample, and what to do about it. */
+function noSampleReason(
+  samples: ReplicaSnapshot[][],
+  timing: { wallSeconds: number; intervalSeconds: number } | undefined,
+): string {
+  const all = samples.flat();
+  if (all.length === 0)
+    return timing
+      ? `no KV-usage sample: the run lasted ${timing.wallSeconds.toFixed(2)} wall s, less than the ` +
+          `sampling interval (${timing.intervalSeconds} s): send more requests (--num-requests), or run ` +
+          "the replicas at a lower --time-scale"
+      : "no KV-usage sample was taken during the run";
+  const failed = all.filter((s) => !s.ok);
+  if (failed.length === all.length)
+    return `no KV-usage sample: every scrape during the run failed (${failed[0].error}); check --metrics-endpoints`;
+  return (
+    "no KV-usage sample: the replicas' /metrics has no vllm:kv_cache_usage_perc (nor the legacy " +
+    "vllm:gpu_cache_usage_perc); --metrics-endpoints must list vLLM replicas, not the gateway"
+  );
 }
 
 /** Time scale and worst clock lag of simulated replicas, when the fleet is kvgate's simulator. */

@@ -86,6 +86,8 @@ export const FleetSchema = z.looseObject({
   kv_usage_max: nul,
   kv_usage_peak: nul,
   samples: count,
+  /** Only when samples is 0: why, and what to do. */
+  kv_usage_note: z.string().optional(),
   endpoints: z.array(EndpointSchema),
   /** Only when the replicas are kvgate's simulator: their time scales and worst clock lag. */
   sim_time_scales: z.array(n).optional(),

@@ -2,180 +2,47 @@
  * `kvgate bench`: generates a workload from a seed and drives it against a target (a gateway, one
  * replica, real vLLM) or client-side round-robin over several base URLs, then prints a summary
  * and optionally writes a results JSON file. A progress line goes to stderr (redrawn on a TTY,
- * a plain line every 10 s otherwise).
+ * a plain line every 10 s otherwise). Exit codes: 2 for a problem found before the run (flags,
+ * files, URLs, the fleet's clock; see bench-setup.ts), 1 for a run that failed (more than
+ * --max-error-rate of requests failed, nothing was sent, or the results could not go where asked).
  */
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { type DriverProgress, runBench } from "../bench/driver.ts";
 import { formatProgress, formatSummary } from "../bench/format.ts";
-import { parseSlo, type Slo } from "../bench/metrics.ts";
-import { parseResultsFile, type ResultsFile, resultsFile } from "../bench/results.ts";
+import { parseSlo } from "../bench/metrics.ts";
+import { DEFAULT_MAX_ERROR_RATE, judgeRun } from "../bench/outcome.ts";
+import { saveRun } from "../bench/results-io.ts";
 import { buildRun } from "../bench/run.ts";
 import { KVGATE_VERSION } from "../bench/version.ts";
 import { PRESETS } from "../bench/workloads/presets.ts";
+import { WORKLOAD_NAMES } from "../bench/workloads/spec.ts";
 import {
-  generateWorkload,
-  parseWorkloadYaml,
-  resolveWorkloadSpec,
-  WORKLOAD_NAMES,
-  type WorkloadSpecInput,
-} from "../bench/workloads/spec.ts";
-import { traceToJsonl, workloadToTrace } from "../bench/workloads/trace.ts";
-
-const number = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("must be a number.");
-  return n;
-};
-const integer = (v: string): number => {
-  const n = number(v);
-  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError("must be a non-negative integer.");
-  return n;
-};
-const list = (v: string): string[] =>
-  v
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
-const collect = (v: string, prev: string[] = []) => [...prev, v];
-
-/** "15:50w,3:20" → stages (rate:duration, a trailing "w" marks a warm-up stage). */
-export function parseStages(v: string): Array<{ rate: number; duration: number; warmup?: boolean }> {
-  return list(v).map((part) => {
-    const m = /^([0-9.]+):([0-9.]+)(w?)$/.exec(part);
-    if (!m) throw new InvalidArgumentError(`bad stage "${part}" (expected RATE:DURATION, e.g. 10:30)`);
-    return { rate: Number(m[1]), duration: Number(m[2]), ...(m[3] ? { warmup: true } : {}) };
-  });
-}
-
-/** "key=value" → [key, value], the value as JSON when it parses (numbers, objects), else a string. */
-export function parseSet(kv: string): [string, unknown] {
-  const i = kv.indexOf("=");
-  if (i <= 0) throw new InvalidArgumentError(`bad --set "${kv}" (expected KEY=VALUE)`);
-  const raw = kv.slice(i + 1);
-  try {
-    return [kv.slice(0, i), JSON.parse(raw)];
-  } catch {
-    return [kv.slice(0, i), raw];
-  }
-}
-
-interface Flags {
-  target?: string;
-  roundRobin?: string[];
-  workload?: string;
-  preset?: string;
-  workloadFile?: string;
-  trace?: string;
-  seed?: number;
-  numRequests?: number;
-  arrival?: "constant" | "poisson" | "gamma" | "closed";
-  rate?: number;
-  burstiness?: number;
-  users?: number;
-  thinkTime?: number;
-  stages?: Array<{ rate: number; duration: number; warmup?: boolean }>;
-  stageProcess?: "constant" | "poisson" | "gamma";
-  barrier?: boolean;
-  stageInterval?: number;
-  set?: string[];
-  model?: string;
-  slo?: Slo;
-  timeScale: number;
-  maxDuration?: number;
-  maxRequests?: number;
-  requestTimeout?: number;
-  metricsEndpoints?: string[];
-  metrics: boolean;
-  extraBody?: string;
-  json?: string;
-  append?: boolean;
-  router?: string;
-  dryRun?: boolean;
-  writeTrace?: string;
-  quiet?: boolean;
-}
-
-/** The workload spec input from --workload-file and the flags (flags win). */
-export function specFromFlags(f: Flags): WorkloadSpecInput {
-  const base: WorkloadSpecInput = f.workloadFile
-    ? parseWorkloadYaml(readFileSync(f.workloadFile, "utf8"))
-    : {};
-  const spec: WorkloadSpecInput = { ...base, options: { ...base.options } };
-  if (f.workload) spec.workload = f.workload as WorkloadSpecInput["workload"];
-  if (f.preset) spec.preset = f.preset;
-  if (f.trace) spec.workload ??= "trace";
-  if (f.seed !== undefined) spec.seed = f.seed;
-  if (f.numRequests !== undefined) spec.numRequests = f.numRequests;
-  for (const kv of f.set ?? []) {
-    const [k, v] = parseSet(kv);
-    (spec.options as Record<string, unknown>)[k] = v;
-  }
-  if (f.stages) {
-    spec.arrival = {
-      type: "stages",
-      stages: f.stages,
-      ...(f.stageProcess ? { process: f.stageProcess } : {}),
-      ...(f.burstiness !== undefined ? { burstiness: f.burstiness } : {}),
-      ...(f.barrier ? { barrier: true } : {}),
-      ...(f.stageInterval !== undefined ? { interval: f.stageInterval } : {}),
-    };
-  } else if (f.arrival === "closed" || (f.arrival === undefined && f.users !== undefined)) {
-    if (f.users === undefined) throw new InvalidArgumentError("--arrival closed needs --users");
-    spec.arrival = {
-      type: "closed",
-      users: f.users,
-      ...(f.thinkTime !== undefined ? { thinkTime: f.thinkTime } : {}),
-    };
-  } else if (f.arrival || f.rate !== undefined) {
-    const type = f.arrival ?? "poisson";
-    const rate = f.rate ?? 1;
-    spec.arrival =
-      type === "gamma" ? { type, rate, burstiness: f.burstiness ?? 1 } : { type: type as "poisson", rate };
-  }
-  return spec;
-}
+  collect,
+  type Flags,
+  integer,
+  list,
+  number,
+  type Prepared,
+  parseStages,
+  prepareBench,
+} from "./bench-setup.ts";
 
 async function action(f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
-  let spec: ReturnType<typeof resolveWorkloadSpec>;
-  let workload: ReturnType<typeof generateWorkload>;
+  let s: Prepared | null;
   try {
-    spec = resolveWorkloadSpec(specFromFlags(f));
-    const traceText =
-      spec.workload === "trace"
-        ? readFileSync(f.trace ?? String(spec.options["path"] ?? ""), "utf8")
-        : undefined;
-    workload = generateWorkload(spec, { traceText });
+    s = await prepareBench(f);
   } catch (e) {
     return fail((e as Error).message);
   }
-  for (const note of workload.notes ?? []) console.error(`note: ${note}`);
-  if (f.writeTrace) {
-    writeFileSync(f.writeTrace, traceToJsonl(workloadToTrace(workload)));
-    console.error(`wrote ${workload.requests.length} trace records to ${f.writeTrace}`);
-  }
-  if (f.dryRun) {
-    const tokens = workload.requests.reduce((a, r) => a + r.promptTokensApprox, 0);
-    console.log(
-      `${spec.workload}: ${workload.requests.length} requests, ${workload.stages.length} stages, ` +
-        `~${tokens} prompt tokens, seed ${spec.seed}`,
-    );
-    return;
-  }
-  if (!!f.target === !!f.roundRobin?.length)
-    return fail("give exactly one of --target URL or --round-robin URL,URL,...");
-  const urls = f.target ? [f.target] : (f.roundRobin as string[]);
+  if (!s) return;
+  const { spec, workload, urls, clock } = s;
+  for (const w of clock.warnings) console.error(`warning: ${w}`);
+  for (const n of clock.notes) console.error(`note: ${n}`);
+  if (clock.source === "replicas" && clock.simulated && !f.quiet)
+    console.error(`kvgate bench: simulated replicas at ${clock.timeScale}×; times are simulated seconds`);
   const mode = f.target ? "single" : "round-robin";
-  let extraBody: Record<string, unknown> | undefined;
-  if (f.extraBody) {
-    try {
-      extraBody = JSON.parse(f.extraBody);
-    } catch {
-      return fail("--extra-body must be a JSON object");
-    }
-  }
-  const unit = f.timeScale !== 1 ? "s(sim)" : "s";
+  const unit = clock.simulated ? "s(sim)" : "s";
   const tty = process.stderr.isTTY && !f.quiet;
   let lastPlain = 0;
   const onProgress = (p: DriverProgress) => {
@@ -193,13 +60,13 @@ async function action(f: Flags, cmd: Command): Promise<void> {
   try {
     result = await runBench(workload, {
       targets: urls,
-      model: f.model,
-      timeScale: f.timeScale,
+      model: s.model,
+      timeScale: clock.timeScale,
       maxDuration: f.maxDuration,
       maxRequests: f.maxRequests,
       requestTimeout: f.requestTimeout,
-      metricsEndpoints: f.metrics ? f.metricsEndpoints : [],
-      extraBody,
+      metricsEndpoints: s.metricBases,
+      extraBody: s.extraBody,
       onProgress,
       signal: abort.signal,
     });
@@ -212,39 +79,48 @@ async function action(f: Flags, cmd: Command): Promise<void> {
     if (tty) process.stderr.write("\n");
   }
   const scales = result.fleet?.sim_time_scales;
-  // Simulated: a scaled clock, or replicas that identify as kvgate's simulator.
-  const simulated = f.timeScale !== 1 || scales !== undefined;
-  if (scales && !scales.every((s) => s === f.timeScale))
+  const simulated = clock.simulated || scales !== undefined;
+  const expected = clock.detected ?? clock.timeScale;
+  if (scales && !scales.every((x) => x === expected))
     console.error(
-      `warning: replicas run at time scale ${scales.join(", ")} but --time-scale is ${f.timeScale}`,
+      `warning: after the run the replicas report time scale ${scales.join(", ")}, not the ${expected} ` +
+        `the run was timed with: did a replica restart? Re-run (or pass --time-scale ${scales[0]})`,
     );
   const run = buildRun(spec, workload, result, {
     router: f.router ?? (mode === "round-robin" ? "round-robin" : "target"),
     target: { mode, urls },
-    timeScale: f.timeScale,
+    timeScale: clock.timeScale,
     slo: f.slo,
   });
   console.log(formatSummary(run, unit));
+  if (result.fleet?.kv_usage_note && result.records.length)
+    console.error(`note: ${result.fleet.kv_usage_note}`);
   if (result.maxScheduleLag > 1)
     console.error(
       `warning: requests were sent up to ${result.maxScheduleLag.toFixed(1)} ${unit} late; ` +
-        "the driver could not keep up (lower --time-scale or the rate)",
+        "the driver could not keep up (lower the rate, or run the replicas at a lower --time-scale)",
     );
   if (f.json) {
-    let file: ResultsFile;
-    if (f.append && existsSync(f.json)) {
-      file = parseResultsFile(readFileSync(f.json, "utf8"));
-      if (file.simulated !== simulated) return fail(`${f.json} holds ${file.time_unit} runs; not appending`);
-      file.runs.push(run);
-    } else {
-      file = resultsFile([run], {
-        kvgateVersion: KVGATE_VERSION,
-        created: new Date().toISOString(),
+    try {
+      const saved = saveRun(run, f.json, {
+        append: !!f.append,
         simulated,
+        kvgateVersion: KVGATE_VERSION,
       });
+      if (saved.problem) {
+        console.error(`kvgate bench: ${saved.problem}`);
+        process.exitCode = 1;
+      } else console.error(`results ${f.append ? "appended to" : "written to"} ${saved.path}`);
+    } catch (e) {
+      console.error(`kvgate bench: ${(e as Error).message}; the run follows on stdout as JSON`);
+      console.log(JSON.stringify(run));
+      process.exitCode = 1;
     }
-    writeFileSync(f.json, `${JSON.stringify(file, null, 2)}\n`);
-    console.error(`results written to ${f.json}`);
+  }
+  const verdict = judgeRun(result.records, f.maxErrorRate, urls);
+  if (verdict.failed) {
+    console.error(`kvgate bench: ${verdict.message}`);
+    process.exitCode = 1;
   }
 }
 
@@ -300,22 +176,32 @@ export function registerBench(program: Command): Command {
     })
     .option(
       "--time-scale <n>",
-      "simulated seconds per wall second of the target; times reported simulated",
+      "simulated seconds per wall second of the target (default: the replicas' kvgate:sim_time_scale, " +
+        "else 1); overrides what the replicas report",
       number,
-      1,
+    )
+    .option(
+      "--max-error-rate <fraction>",
+      "exit 1 when more than this share of requests fail (requests cut off by --max-duration don't count)",
+      number,
+      DEFAULT_MAX_ERROR_RATE,
     )
     .option("--max-duration <s>", "hard stop, workload seconds (default 3600)", number)
     .option("--max-requests <n>", "send at most this many requests", integer)
     .option("--request-timeout <s>", "per-request limit, workload seconds (default 600)", number)
     .option(
       "--metrics-endpoints <urls>",
-      "replica base URLs to scrape /metrics from (default: the targets)",
+      "replica base URLs to scrape /metrics from (default: the targets; with --gateway-admin, the gateway's replicas)",
       list,
     )
-    .option("--no-metrics", "do not scrape /metrics")
+    .option(
+      "--gateway-admin <url>",
+      "the target gateway's admin API (kvgate serve --admin-port): scrape the replicas it lists at GET /endpoints",
+    )
+    .option("--no-metrics", "do not scrape /metrics (nor read the replicas' time scale)")
     .option("--extra-body <json>", "merged into every request body, e.g. '{\"return_token_ids\":true}'")
     .option("--json <file>", "write results JSON here")
-    .option("--append", "append the run to an existing --json file")
+    .option("--append", "append the run to the --json file if it exists (checked before the run)")
     .option("--router <name>", "router label for the results (default: target or round-robin)")
     .option("--dry-run", "generate the workload, print its size and exit")
     .option("--write-trace <file.jsonl>", "write the generated workload as a JSONL trace")

@@ -121,15 +121,54 @@ export class WorkloadSpecError extends Error {
   override name = "WorkloadSpecError";
 }
 
-function zodMessage(prefix: string, e: z.ZodError): string {
+/** The flag that sets a spec field, named in errors about specs built from flags. */
+const FLAG_OF: Record<string, string> = {
+  seed: "--seed",
+  numRequests: "--num-requests",
+  "arrival.rate": "--rate",
+  "arrival.burstiness": "--burstiness",
+  "arrival.users": "--users",
+  "arrival.thinkTime": "--think-time",
+  "arrival.stages": "--stages",
+  "arrival.interval": "--stage-interval",
+};
+
+/** The keys a strict object at `path` accepts, for "unknown key" errors (undefined: not known here). */
+type KeysAt = (path: PropertyKey[]) => readonly string[] | undefined;
+
+function zodMessage(prefix: string, e: z.ZodError, keysAt?: KeysAt): string {
   const i = e.issues[0];
-  return `${prefix}${i.path.length ? `.${i.path.join(".")}` : ""}: ${i.message}`;
+  const where = `${prefix}${i.path.length ? `.${i.path.join(".")}` : ""}`;
+  if (i.code === "unrecognized_keys") {
+    const valid = keysAt?.(i.path);
+    const names = i.keys.map((k) => `"${k}"`).join(", ");
+    return `${where}: unknown key${i.keys.length > 1 ? "s" : ""} ${names}${valid ? ` (valid: ${valid.join(", ")})` : ""}`;
+  }
+  const flag = FLAG_OF[i.path.join(".")];
+  return `${where}${flag ? ` (${flag})` : ""}: ${i.message}`;
+}
+
+const STAGE_KEYS = Object.keys(stage.shape);
+
+/** Keys accepted at a path of a WorkloadSpecInput (`value` picks the arrival variant). */
+function specKeysAt(value: unknown): KeysAt {
+  return (path) => {
+    if (path.length === 0) return Object.keys(WorkloadSpecInputSchema.shape);
+    if (path[0] !== "arrival") return undefined;
+    if (path.length === 1) {
+      const type = (value as { arrival?: { type?: unknown } } | undefined)?.arrival?.type;
+      const variant = ArrivalSchema.options.find((o) => o.shape.type.value === type);
+      return variant ? Object.keys(variant.shape) : undefined;
+    }
+    return path[1] === "stages" && path.length === 3 ? STAGE_KEYS : undefined;
+  };
 }
 
 /** Applies the preset, fills defaults and checks everything; throws WorkloadSpecError. */
 export function resolveWorkloadSpec(input: unknown): WorkloadSpec {
   const parsed = WorkloadSpecInputSchema.safeParse(input);
-  if (!parsed.success) throw new WorkloadSpecError(zodMessage("workload spec", parsed.error));
+  if (!parsed.success)
+    throw new WorkloadSpecError(zodMessage("workload spec", parsed.error, specKeysAt(input)));
   const user = parsed.data;
   const preset = user.preset === undefined ? undefined : PRESETS[user.preset];
   if (user.preset !== undefined && !preset)
@@ -139,14 +178,28 @@ export function resolveWorkloadSpec(input: unknown): WorkloadSpec {
   const base = preset?.spec ?? {};
   const workload = user.workload ?? base.workload;
   if (!workload)
-    throw new WorkloadSpecError(`a workload name is needed (one of ${WORKLOAD_NAMES.join(", ")})`);
-  if (base.workload && user.workload && base.workload !== user.workload)
     throw new WorkloadSpecError(
-      `preset "${user.preset}" is a ${base.workload} workload, not ${user.workload}`,
+      `a workload name is needed: pass --workload NAME (${WORKLOAD_NAMES.join(", ")}) or --preset NAME ` +
+        `(${Object.keys(PRESETS).join(", ")}), or set workload: or preset: in the workload file`,
     );
+  if (base.workload && user.workload && base.workload !== user.workload) {
+    const same = Object.keys(PRESETS).filter((k) => PRESETS[k].spec.workload === user.workload);
+    throw new WorkloadSpecError(
+      `preset "${user.preset}" is a ${base.workload} workload, not ${user.workload}: drop one of the two` +
+        (same.length
+          ? ` (${user.workload} presets: ${same.join(", ")})`
+          : ` (no preset is a ${user.workload} workload)`),
+    );
+  }
   const options = { ...DEFAULTS[workload], ...base.options, ...user.options };
-  const checked = OPTION_SCHEMAS[workload].safeParse(options);
-  if (!checked.success) throw new WorkloadSpecError(zodMessage(`${workload} options`, checked.error));
+  const schema = OPTION_SCHEMAS[workload];
+  const checked = schema.safeParse(options);
+  if (!checked.success)
+    throw new WorkloadSpecError(
+      zodMessage(`${workload} options`, checked.error, (path) =>
+        path.length === 0 ? Object.keys(schema.shape) : undefined,
+      ),
+    );
   const arrival = (user.arrival ?? base.arrival ?? { type: "poisson", rate: 1 }) as ArrivalSpec;
   const numRequests = user.numRequests ?? base.numRequests;
   return {
@@ -163,7 +216,7 @@ export function resolveWorkloadSpec(input: unknown): WorkloadSpec {
 export function parseWorkloadYaml(text: string): WorkloadSpecInput {
   const v: unknown = parseYaml(text);
   const r = WorkloadSpecInputSchema.safeParse(v ?? {});
-  if (!r.success) throw new WorkloadSpecError(zodMessage("workload file", r.error));
+  if (!r.success) throw new WorkloadSpecError(zodMessage("workload file", r.error, specKeysAt(v)));
   return r.data;
 }
 
