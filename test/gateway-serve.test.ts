@@ -50,7 +50,7 @@ test("kvgate serve prints one startup line, proxies, and exits 0 on SIGTERM", {
 });
 
 test("kvgate serve on every interface says so and gives a URL to use; --no-served-endpoint-header", {
-  timeout: 60_000,
+  timeout: 120_000,
 }, async () => {
   const up = await startFake({
     "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics()),
@@ -68,7 +68,7 @@ test("kvgate serve on every interface says so and gives a URL to use; --no-serve
   child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
   try {
-    await waitFor(() => out.includes("\n") || child.exitCode !== null, "startup line", 30_000);
+    await waitFor(() => out.includes("\n") || child.exitCode !== null, "startup line", 90_000);
     const m =
       /^kvgate serve: listening on http:\/\/0\.0\.0\.0:(\d+) \(all interfaces; from this machine (http:\/\/127\.0\.0\.1:(\d+))\), admin http:\/\/127\.0\.0\.1:\d+, 1 endpoint\(s\)/.exec(
         out,
@@ -87,7 +87,7 @@ test("kvgate serve on every interface says so and gives a URL to use; --no-serve
 });
 
 test("kvgate serve on a taken port names the address and the flag, without a stack", {
-  timeout: 60_000,
+  timeout: 120_000,
 }, async () => {
   const taken = await startFake({});
   try {
@@ -103,7 +103,7 @@ test("kvgate serve on a taken port names the address and the flag, without a sta
         "--endpoints",
         "a:1",
       ],
-      { timeoutMs: 30_000 },
+      { timeoutMs: 90_000 },
     );
     assert.equal(r.code, 1, r.stderr);
     assert.match(

@@ -11,8 +11,8 @@ import { parseEndpointsFile } from "../src/datalayer/endpoints.ts";
 import { waitFor } from "./helpers/gateway-fakes.ts";
 import { KVGATE_BIN, postJson, runKvgate } from "./helpers/replica.ts";
 
-test("sim-fleet refuses flags it sets per replica, before starting any", { timeout: 60_000 }, async () => {
-  const r = await runKvgate(["sim-fleet", "2", "--", "--port", "9000"], { timeoutMs: 30_000 });
+test("sim-fleet refuses flags it sets per replica, before starting any", { timeout: 120_000 }, async () => {
+  const r = await runKvgate(["sim-fleet", "2", "--", "--port", "9000"], { timeoutMs: 90_000 });
   assert.equal(r.code, 2, r.stderr);
   assert.match(r.stderr, /--port is set per replica by sim-fleet/);
 });

@@ -36,18 +36,18 @@ const kvConfig = (pub: number, replay: number) =>
     topic: "kv@r1@m",
   });
 
-test("kvgate --version and -V print package.json's version", async () => {
+test("kvgate --version and -V print package.json's version", { timeout: 180_000 }, async () => {
   for (const flag of ["--version", "-V"]) {
-    const r = await runKvgate([flag], { timeoutMs: 30_000 });
+    const r = await runKvgate([flag], { timeoutMs: 90_000 });
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout, `${VERSION}\n`);
   }
 });
 
 test("sim-replica takes vllm serve's common flags; those that change nothing get one startup note", {
-  timeout: 60_000,
+  timeout: 180_000,
 }, async (t) => {
-  const help = await runKvgate(["sim-replica", "--help"], { timeoutMs: 30_000 });
+  const help = await runKvgate(["sim-replica", "--help"], { timeoutMs: 90_000 });
   assert.equal(help.code, 0, help.stderr);
   const group = help.stdout.slice(help.stdout.indexOf("Accepted for `vllm serve` compatibility"));
   for (const flag of ["--gpu-memory-utilization", "--tensor-parallel-size", "--dtype", "--api-key"])
@@ -69,7 +69,7 @@ test("sim-replica takes vllm serve's common flags; those that change nothing get
       ...["--api-key", "secret", "--enforce-eager", "--max-num-seqs", "7", "--no-enable-prefix-caching"],
       ...["--served-model-name", "m", "--num-gpu-blocks-override", "1000", "--max-model-len", "4096"],
     ],
-    { startTimeoutMs: 45_000 },
+    { startTimeoutMs: 90_000 },
   );
   t.after(() => p.close());
   const res = await postJson(`${p.url}/v1/completions`, { model: "m", prompt: "hi", max_tokens: 2 });
@@ -97,7 +97,7 @@ test("sim-replica takes vllm serve's common flags; those that change nothing get
 });
 
 test("a second replica on taken ports names the address and the flag to change, without a stack", {
-  timeout: 90_000,
+  timeout: 240_000,
 }, async (t) => {
   const [pub, replay, other] = await freePorts(3);
   const first = await startTestReplica({ kvEventsConfig: kvConfig(pub!, replay!) });
@@ -120,7 +120,7 @@ test("a second replica on taken ports names the address and the flag to change, 
   ];
   for (const [args, re] of cases) {
     const r = await runKvgate(["sim-replica", "--host", "127.0.0.1", "--port", "0", ...args], {
-      timeoutMs: 45_000,
+      timeoutMs: 90_000,
     });
     assert.equal(r.code, 1, `${args.join(" ")}: ${r.stderr}`);
     assert.match(r.stderr, /^kvgate sim-replica: cannot start: /);

@@ -66,7 +66,11 @@ const longName = (flags: string) => flags.split(" ")[0]!;
 
 /** Adds the compatibility flags to `cmd`, grouped under their own heading in --help. */
 export function addVllmCompatFlags(cmd: Command): Command {
-  for (const f of COMPAT_FLAGS) cmd.addOption(new Option(f.flags, f.why).helpGroup(HEADING));
+  const short = new Map(Object.entries(SHORT_FORMS).map(([s, l]) => [l, s]));
+  for (const f of COMPAT_FLAGS) {
+    const alias = short.get(longName(f.flags));
+    cmd.addOption(new Option(f.flags, alias ? `(also ${alias}) ${f.why}` : f.why).helpGroup(HEADING));
+  }
   return cmd;
 }
 
