@@ -212,6 +212,8 @@ async function runFleet(n: number, extra: string[], flags: Flags, model: string)
   if (failed.length > 0) {
     await stopAll(children);
     for (const f of failed) log(`a replica did not start: ${f}`);
+    if (failed.some((f) => f.includes("already in use")))
+      log("ports are taken: start the fleet on others with --port and --kv-events-port (0 = any free ports)");
     process.exit(1);
   }
 
