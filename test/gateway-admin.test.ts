@@ -136,7 +136,10 @@ test("admin: /metrics exposes llm-d's metric names, parseable, with request and 
     await fetch(`${gw.url}/v1/completions`, { method: "POST", body: "{" }).then((r) => r.text());
     const res = await fetch(`${gw.adminUrl}/metrics`);
     assert.match(String(res.headers.get("content-type")), /^text\/plain/);
-    const fams = parsePromText(await res.text()).families; // strict: malformed text fails
+    const text = await res.text();
+    const blank = text.split("\n").flatMap((l, i) => (l.trim() === "" ? [i + 1] : []));
+    assert.deepEqual(blank, [text.split("\n").length], "no blank lines: only the final newline's empty tail");
+    const fams = parsePromText(text).families; // strict: malformed text fails
     const value = (name: string) => fams.get(name)?.samples[0]?.value;
     assert.equal(value("llm_d_epp_request_total"), 3);
     assert.equal(fams.get("llm_d_epp_request_duration_seconds")?.type, "histogram");

@@ -124,7 +124,7 @@ test("kvgate serve in precise mode says which tokenizer it uses", { timeout: 60_
     child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
     const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
     await waitFor(() => out.includes("\n") || child.exitCode !== null, 30_000);
-    assert.match(out, /^kvgate serve: listening on http:\/\/127\.0\.0\.1:\d+ /, err);
+    assert.match(out, /^kvgate serve: listening on http:\/\/127\.0\.0\.1:\d+, /, err);
     assert.match(out, re);
     child.kill("SIGTERM");
     assert.equal(await exited, 0, err);

@@ -30,7 +30,7 @@ test("kvgate serve prints one startup line, proxies, and exits 0 on SIGTERM", {
   try {
     await waitFor(() => out.includes("\n") || child.exitCode !== null, "startup line", 30_000);
     const m =
-      /^kvgate serve: listening on (http:\/\/\S+) \(admin (http:\/\/\S+)\), 1 endpoint\(s\), config built-in\n$/.exec(
+      /^kvgate serve: listening on (http:\/\/127\.0\.0\.1:\d+), admin (http:\/\/127\.0\.0\.1:\d+), 1 endpoint\(s\), config built-in\n$/.exec(
         out,
       );
     assert.ok(m, `startup line: ${out} ${err}`);
@@ -38,6 +38,7 @@ test("kvgate serve prints one startup line, proxies, and exits 0 on SIGTERM", {
     // Before the first scrape an endpoint's health and models are unknown, which still routes.
     const r = await fetch(`${url}/v1/completions`, { method: "POST", body: '{"model":"m","prompt":"x"}' });
     assert.deepEqual([r.status, await r.text()], [200, '{"ok":1}']);
+    assert.equal(r.headers.get("x-gateway-destination-endpoint-served"), up.id, "on by default");
     assert.equal((await fetch(`${admin}/endpoints`)).status, 200);
     child.kill("SIGTERM");
     assert.equal(await exited, 0);
@@ -45,6 +46,75 @@ test("kvgate serve prints one startup line, proxies, and exits 0 on SIGTERM", {
   } finally {
     if (child.exitCode === null) child.kill("SIGKILL");
     await up.close();
+  }
+});
+
+test("kvgate serve on every interface says so and gives a URL to use; --no-served-endpoint-header", {
+  timeout: 120_000,
+}, async () => {
+  const up = await startFake({
+    "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics()),
+    "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList("m")),
+    "POST /v1/completions": (_q, res) =>
+      void res.writeHead(200, { "content-type": "application/json" }).end('{"ok":1}'),
+  });
+  const args = ["serve", "--host", "0.0.0.0", "--port", "0", "--admin-port", "0", "--endpoints", up.id];
+  const child = spawn(process.execPath, [KVGATE_BIN, ...args, "--no-served-endpoint-header"], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let err = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
+  const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
+  try {
+    await waitFor(() => out.includes("\n") || child.exitCode !== null, "startup line", 90_000);
+    const m =
+      /^kvgate serve: listening on http:\/\/0\.0\.0\.0:(\d+) \(all interfaces; from this machine (http:\/\/127\.0\.0\.1:(\d+))\), admin http:\/\/127\.0\.0\.1:\d+, 1 endpoint\(s\)/.exec(
+        out,
+      );
+    assert.ok(m, `startup line: ${out} ${err}`);
+    assert.equal(m[1], m[3], "the same port");
+    const r = await fetch(`${m[2]}/v1/completions`, { method: "POST", body: '{"model":"m","prompt":"x"}' });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get("x-gateway-destination-endpoint-served"), null);
+    child.kill("SIGTERM");
+    assert.equal(await exited, 0);
+  } finally {
+    if (child.exitCode === null) child.kill("SIGKILL");
+    await up.close();
+  }
+});
+
+test("kvgate serve on a taken port names the address and the flag, without a stack", {
+  timeout: 120_000,
+}, async () => {
+  const taken = await startFake({});
+  try {
+    const r = await runKvgate(
+      [
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        String(taken.port),
+        "--admin-port",
+        "0",
+        "--endpoints",
+        "a:1",
+      ],
+      { timeoutMs: 90_000 },
+    );
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(
+      r.stderr,
+      new RegExp(
+        `cannot start: 127\\.0\\.0\\.1:${taken.port} \\(--port\\) is already in use .*pick another --port`,
+      ),
+    );
+    assert.doesNotMatch(r.stderr, /\n\s+at /, "no stack trace");
+  } finally {
+    await taken.close();
   }
 });
 

@@ -2,11 +2,13 @@
  * `kvgate serve`: runs the gateway in front of a fleet of vLLM replicas. Endpoints come from
  * --endpoints or a watched --endpoints-file; scheduling from an llm-d EndpointPickerConfig
  * (--config, default: the built-in config). Prints one startup line (in precise mode it also names
- * the KV-events producers and the tokenizer, saying when the sim one is a default); SIGTERM/SIGINT
+ * the KV-events producers and the tokenizer, saying when the sim one is a default; a wildcard --host is
+ * shown as bound, with the URL to use from this machine); SIGTERM/SIGINT
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
 import { type Command, InvalidArgumentError } from "commander";
+import type { BoundAddress } from "../gateway/gateway.ts";
 
 const integer = (v: string): number => {
   const n = Number(v);
@@ -47,6 +49,16 @@ interface Flags {
   tokenizerCacheBytes: number;
   tokenizeTimeoutMs: number;
   poolName: string;
+  servedEndpointHeader: boolean;
+}
+
+/**
+ * A bound address as the startup line shows it: the address itself, and for a wildcard bind the URL to
+ * use from this machine (other machines use one of its addresses).
+ */
+export function where(b: BoundAddress): string {
+  const at = `http://${b.host.includes(":") ? `[${b.host}]` : b.host}:${b.port}`;
+  return b.allInterfaces ? `${at} (all interfaces; from this machine ${b.url})` : at;
 }
 
 /** Adds the `serve` command to the program. */
@@ -107,6 +119,10 @@ export function registerServe(program: Command): Command {
     )
     .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
     .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
+    .option(
+      "--no-served-endpoint-header",
+      "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
+    )
     .action(async (flags: Flags, cmd: Command) => {
       if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
         cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
@@ -139,6 +155,7 @@ export function registerServe(program: Command): Command {
           tokenizerCacheBytes: flags.tokenizerCacheBytes,
           tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
           poolName: flags.poolName,
+          servedEndpointHeader: flags.servedEndpointHeader,
         });
       } catch (err) {
         const e = err as Error & { code?: string };
@@ -175,7 +192,7 @@ export function registerServe(program: Command): Command {
                 : g.tokenizerName
             }`;
       console.log(
-        `kvgate serve: listening on ${gw.url} (admin ${gw.adminUrl}), ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}`,
+        `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}`,
       );
     });
 }

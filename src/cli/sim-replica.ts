@@ -1,12 +1,15 @@
 /**
  * `kvgate sim-replica`: runs one simulated vLLM replica. Flags carry vLLM's names (--port,
- * --max-num-seqs, --kv-events-config, ...); the profile supplies the defaults a real GPU would.
- * Prints one startup line; SIGTERM/SIGINT close the server and the KV-event publisher and exit 0.
+ * --max-num-seqs, --kv-events-config, ...); the profile supplies the defaults a real GPU would, and
+ * vLLM's other common flags are accepted with a note that they change nothing (vllm-flags.ts).
+ * Prints one startup line; a taken port names itself and the flag to change; SIGTERM/SIGINT close
+ * the server and the KV-event publisher and exit 0.
  */
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { DEFAULT_PROFILE, listProfiles } from "../sim/profiles.ts";
 import type { ReplicaSettings } from "../sim/replica-options.ts";
 import type { ReplicaServer } from "../sim/replica-server.ts";
+import { addVllmCompatFlags, compatNote, expandShortForms } from "./vllm-flags.ts";
 
 const integer = (v: string): number => {
   const n = Number(v);
@@ -49,9 +52,17 @@ interface Flags {
   faultMetrics?: "stall" | "garbled";
 }
 
+/** `kvgate sim-replica ... -tp 2 ...` → `... --tensor-parallel-size 2 ...` (vLLM's short forms). */
+export function expandVllmShortFlags(argv: string[]): string[] {
+  if (argv[2] !== "sim-replica") return argv;
+  const end = argv.indexOf("--");
+  const stop = end < 0 ? argv.length : end;
+  return [...argv.slice(0, 3), ...expandShortForms(argv.slice(3, stop)), ...argv.slice(stop)];
+}
+
 /** Adds the `sim-replica` command to the program. */
 export function registerSimReplica(program: Command): Command {
-  return program
+  const cmd = program
     .command("sim-replica")
     .description(
       "Run a simulated vLLM replica: OpenAI API, /metrics and KV events, driven by a modelled engine.",
@@ -130,71 +141,83 @@ export function registerSimReplica(program: Command): Command {
         "stall",
         "garbled",
       ]),
-    )
-    .action(async (modelTag: string | undefined, flags: Flags, cmd: Command) => {
-      if (flags.listProfiles) {
-        for (const name of listProfiles()) console.log(name);
-        return;
-      }
-      if (modelTag && flags.model && modelTag !== flags.model)
-        cmd.error("error: model given both as argument and --model, with different values", { exitCode: 2 });
-      const settings: ReplicaSettings = {
-        host: flags.host,
-        port: flags.port,
-        model: modelTag ?? flags.model,
-        servedModelName: flags.servedModelName,
-        profile: flags.profile,
-        blockSize: flags.blockSize,
-        maxNumSeqs: flags.maxNumSeqs,
-        maxNumBatchedTokens: flags.maxNumBatchedTokens,
-        numGpuBlocksOverride: flags.numGpuBlocksOverride,
-        maxModelLen: flags.maxModelLen,
-        longPrefillTokenThreshold: flags.longPrefillTokenThreshold,
-        enablePrefixCaching: flags.enablePrefixCaching,
-        schedulingPolicy: flags.schedulingPolicy,
-        kvEventsConfig: flags.kvEventsConfig ?? null,
-        kvEventsFormat: flags.kvEventsFormat,
-        dataParallelRank: flags.dataParallelRank,
-        seed: flags.seed,
-        hashSeed: flags.hashSeed,
-        timeScale: flags.timeScale,
-        tokenizer: flags.tokenizer,
-        legacyMetricNames: flags.legacyMetricNames,
-        maxRequestBodyBytes: flags.maxRequestBodyBytes,
-        faults: {
-          crashAfter: flags.faultCrashAfter ?? null,
-          extraLatency: flags.faultExtraLatency ?? 0,
-          errorRate: flags.faultErrorRate ?? 0,
-          metrics: flags.faultMetrics ?? null,
-        },
-        // A crash fault is a dying replica: no cleanup, every connection drops.
-        onCrash: () => process.kill(process.pid, "SIGKILL"),
-      };
-      // Loaded here so `--help` stays fast and does not load zeromq or the engine.
-      const { ReplicaOptionError } = await import("../sim/replica-options.ts");
-      const { ReplicaServer } = await import("../sim/replica-server.ts");
-      let replica: ReplicaServer;
-      try {
-        replica = await ReplicaServer.start(settings);
-      } catch (err) {
-        if (err instanceof ReplicaOptionError) cmd.error(`error: ${err.message}`, { exitCode: 2 });
-        console.error(`kvgate sim-replica: cannot start: ${(err as Error).message}`);
-        process.exit(1);
-      }
-      console.log(replica.describe());
-      let stopping = false;
-      const stop = (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        console.error(`kvgate sim-replica: ${signal}, shutting down`);
-        const force = setTimeout(() => process.exit(0), 5000);
-        force.unref();
-        replica.close().then(
-          () => process.exit(0),
-          () => process.exit(0),
-        );
-      };
-      process.once("SIGTERM", () => stop("SIGTERM"));
-      process.once("SIGINT", () => stop("SIGINT"));
-    });
+    );
+  return addVllmCompatFlags(cmd).action(async (modelTag: string | undefined, flags: Flags, cmd: Command) => {
+    if (flags.listProfiles) {
+      for (const name of listProfiles()) console.log(name);
+      return;
+    }
+    if (modelTag && flags.model && modelTag !== flags.model)
+      cmd.error("error: model given both as argument and --model, with different values", { exitCode: 2 });
+    const settings: ReplicaSettings = {
+      host: flags.host,
+      port: flags.port,
+      model: modelTag ?? flags.model,
+      servedModelName: flags.servedModelName,
+      profile: flags.profile,
+      blockSize: flags.blockSize,
+      maxNumSeqs: flags.maxNumSeqs,
+      maxNumBatchedTokens: flags.maxNumBatchedTokens,
+      numGpuBlocksOverride: flags.numGpuBlocksOverride,
+      maxModelLen: flags.maxModelLen,
+      longPrefillTokenThreshold: flags.longPrefillTokenThreshold,
+      enablePrefixCaching: flags.enablePrefixCaching,
+      schedulingPolicy: flags.schedulingPolicy,
+      kvEventsConfig: flags.kvEventsConfig ?? null,
+      kvEventsFormat: flags.kvEventsFormat,
+      dataParallelRank: flags.dataParallelRank,
+      seed: flags.seed,
+      hashSeed: flags.hashSeed,
+      timeScale: flags.timeScale,
+      tokenizer: flags.tokenizer,
+      legacyMetricNames: flags.legacyMetricNames,
+      maxRequestBodyBytes: flags.maxRequestBodyBytes,
+      faults: {
+        crashAfter: flags.faultCrashAfter ?? null,
+        extraLatency: flags.faultExtraLatency ?? 0,
+        errorRate: flags.faultErrorRate ?? 0,
+        metrics: flags.faultMetrics ?? null,
+      },
+      // A crash fault is a dying replica: no cleanup, every connection drops.
+      onCrash: () => process.kill(process.pid, "SIGKILL"),
+    };
+    // Loaded here so `--help` stays fast and does not load zeromq or the engine.
+    const { ReplicaOptionError } = await import("../sim/replica-options.ts");
+    const { ReplicaServer } = await import("../sim/replica-server.ts");
+    let replica: ReplicaServer;
+    try {
+      replica = await ReplicaServer.start(settings);
+    } catch (err) {
+      if (err instanceof ReplicaOptionError) cmd.error(`error: ${err.message}`, { exitCode: 2 });
+      console.error(`kvgate sim-replica: cannot start: ${startError(err, settings)}`);
+      process.exit(1);
+    }
+    console.log(replica.describe());
+    const note = compatNote(cmd);
+    if (note) console.error(note);
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      console.error(`kvgate sim-replica: ${signal}, shutting down`);
+      const force = setTimeout(() => process.exit(0), 5000);
+      force.unref();
+      replica.close().then(
+        () => process.exit(0),
+        () => process.exit(0),
+      );
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+  });
+}
+
+/** The message for a replica that could not start; a taken HTTP port names itself and --port. */
+function startError(err: unknown, s: ReplicaSettings): string {
+  const e = err as NodeJS.ErrnoException & { address?: string; port?: number };
+  if (e.code === "EADDRINUSE" && e.syscall === "listen") {
+    const at = `${e.address ?? s.host}:${e.port ?? s.port}`;
+    return `${at} (--port) is already in use by another process; pick another --port, or --port 0 for any free port`;
+  }
+  return e.message ?? String(err);
 }

@@ -1,6 +1,8 @@
 /**
  * The admin API, served only on the admin port (never the public one):
- *   GET  /endpoints  every endpoint: address, labels, health, last metrics, staleness, failures; in
+ *   GET  /endpoints  every endpoint: address, labels, health, last metrics, staleness, failures,
+ *                    `traffic` (requests sent there, of which failover retries, and failures before
+ *                    the first byte: endpoint-traffic.ts); in
  *                    precise mode also `kvEventsStats`, per precise producer: the KV-events subscription
  *                    (address, last seq, batches, events, gaps, replays, resets, garbage, ...) and the
  *                    index entries held for the endpoint
@@ -54,9 +56,11 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
     case "GET /endpoints": {
       const now = monotonicSeconds();
       const scheduler = gw.routing.scheduler;
-      const snap = gw.data.store
-        .snapshot(now)
-        .map((e) => ({ ...e, routing: scheduler.endpointViews(e.address) }));
+      const snap = gw.data.store.snapshot(now).map((e) => ({
+        ...e,
+        routing: scheduler.endpointViews(e.address),
+        traffic: gw.traffic.get(e.address),
+      }));
       if (!gw.kvEvents.active)
         return json(res, 200, { endpoints: snap, ready: gw.data.store.readyCount(now) });
       const feeds = gw.kvEvents.views();

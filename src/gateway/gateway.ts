@@ -16,6 +16,7 @@ import { DataLayer } from "../datalayer/datalayer.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
+import { TrafficCounts } from "./endpoint-traffic.ts";
 import { KvEventsWiring } from "./kv-events.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
@@ -72,13 +73,33 @@ export interface GatewayOptions {
   tokenizerCacheBytes?: number;
   /** Timeout of a --tokenizer endpoint /tokenize call. Default 250 ms. */
   tokenizeTimeoutMs?: number;
+  /**
+   * Set x-gateway-destination-endpoint-served (the endpoint that answered, after any failover) on
+   * every proxied response. Default true.
+   */
+  servedEndpointHeader?: boolean;
   seed?: number;
   log?: (line: string) => void;
 }
 
+/** Where a server is bound, and a URL that reaches it from this machine. */
+export interface BoundAddress {
+  /** The address given to listen(): "0.0.0.0" or "::" mean every interface. */
+  host: string;
+  port: number;
+  /** True for a wildcard bind (reachable on every interface, including from other machines). */
+  allInterfaces: boolean;
+  /** A URL to use from this machine (loopback for a wildcard bind). */
+  url: string;
+}
+
 export interface GatewayHandle {
+  /** A URL that reaches the public port from this machine (loopback when bound to every interface). */
   url: string;
   adminUrl: string;
+  /** What the public and admin servers are actually bound to. */
+  bound: BoundAddress;
+  adminBound: BoundAddress;
   gateway: Gateway;
   close(): Promise<void>;
 }
@@ -94,11 +115,14 @@ export class Gateway {
       | "upstreamBodyTimeoutMs"
       | "drainTimeoutMs"
       | "poolName"
+      | "servedEndpointHeader"
     >
   > &
     GatewayOptions;
   readonly data: DataLayer;
   readonly metrics = new GatewayMetrics();
+  /** Per-endpoint requests, retries and failures, for GET /endpoints. */
+  readonly traffic = new TrafficCounts();
   routing: Routing;
   modelObjectives: ModelObjectives;
   /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer, or precise mode's default). */
@@ -129,6 +153,7 @@ export class Gateway {
       upstreamBodyTimeoutMs: 300_000,
       drainTimeoutMs: 30_000,
       poolName: "kvgate",
+      servedEndpointHeader: true,
       ...stripUndefined(opts),
     };
     this.log = opts.log ?? ((l) => console.error(l));
@@ -182,6 +207,7 @@ export class Gateway {
         p.close().catch(() => {});
       }
     this.routing.scheduler.retainEndpoints(ids);
+    this.traffic.retain(ids);
     this.syncKvEvents();
   }
 
@@ -280,17 +306,45 @@ function stripUndefined<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
-function listen(server: Server, port: number, host: string): Promise<number> {
+/** Listens; a taken or foreign address becomes an error naming it and the flag to change. */
+function listen(
+  server: Server,
+  port: number,
+  host: string,
+  flag: { port: string; host: string },
+): Promise<BoundAddress> {
   return new Promise((resolve, reject) => {
-    server.once("error", reject);
+    const onError = (err: NodeJS.ErrnoException) => {
+      const at = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+      const why =
+        err.code === "EADDRINUSE"
+          ? `${at} (${flag.port}) is already in use by another process; pick another ${flag.port}, or ${flag.port} 0 for any free port`
+          : err.code === "EACCES"
+            ? `${at} (${flag.port}): permission denied (ports below 1024 need privileges); pick another ${flag.port}`
+            : err.code === "EADDRNOTAVAIL" || err.code === "ENOTFOUND"
+              ? `${host} (${flag.host}) is not an address of this machine; give one it has, or 0.0.0.0 for every interface`
+              : `cannot listen on ${at} (${flag.host}, ${flag.port}): ${err.message}`;
+      reject(new Error(why));
+    };
+    server.once("error", onError);
     server.listen(port, host, () => {
-      server.off("error", reject);
-      resolve((server.address() as AddressInfo).port);
+      server.off("error", onError);
+      resolve(boundAddress(host, (server.address() as AddressInfo).port));
     });
   });
 }
 
-const urlHost = (h: string) => (h.includes(":") ? `[${h}]` : h === "0.0.0.0" ? "127.0.0.1" : h);
+function boundAddress(host: string, port: number): BoundAddress {
+  const allInterfaces = host === "0.0.0.0" || host === "::" || host === "";
+  const reach = allInterfaces
+    ? host === "::"
+      ? "[::1]"
+      : "127.0.0.1"
+    : host.includes(":")
+      ? `[${host}]`
+      : host;
+  return { host, port, allInterfaces, url: `http://${reach}:${port}` };
+}
 
 /** Builds and starts a gateway; rejects with a message naming the bad option or file. */
 export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
@@ -324,14 +378,19 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const adminHost = opts.adminHost ?? "127.0.0.1";
   try {
     await gw.ensureTokenizer();
-    const port = await listen(gw.publicServer, opts.port ?? 0, host);
-    const adminPort = await listen(gw.adminServer, opts.adminPort ?? 0, adminHost);
+    const bound = await listen(gw.publicServer, opts.port ?? 0, host, { port: "--port", host: "--host" });
+    const adminBound = await listen(gw.adminServer, opts.adminPort ?? 0, adminHost, {
+      port: "--admin-port",
+      host: "--admin-host",
+    });
     gw.data.start();
     gw.syncKvEvents();
     for (const w of routing.warnings) gw.log(`kvgate: config warning: ${w}`);
     return {
-      url: `http://${urlHost(host)}:${port}`,
-      adminUrl: `http://${urlHost(adminHost)}:${adminPort}`,
+      url: bound.url,
+      adminUrl: adminBound.url,
+      bound,
+      adminBound,
       gateway: gw,
       close: () => gw.close(),
     };

@@ -59,6 +59,13 @@ export const CONTROL_HEADERS: readonly string[] = [
   "x-went-into-resp-headers",
 ];
 
+/**
+ * The response header naming the endpoint that served the request (llm-d's name for the proxy's
+ * report of the endpoint it used, GIE's endpoint-picker protocol). The gateway owns it: a client's is
+ * stripped like every control header, and a replica's never reaches the client.
+ */
+export const SERVED_ENDPOINT_HEADER = "x-gateway-destination-endpoint-served";
+
 /** Whole families: every `x-llm-d-*` (incl. `x-llm-d-video-*`), `x-gateway-*` and kvgate's own. */
 const CONTROL_PREFIXES = ["x-llm-d-", "x-gateway-", "x-kvgate-"];
 
@@ -88,7 +95,7 @@ export function forwardRequestHeaders(h: IncomingHttpHeaders): Record<string, st
   return out;
 }
 
-/** Upstream response headers to pass to the client: everything but hop-by-hop. */
+/** Upstream response headers to pass to the client: everything but hop-by-hop and the served header. */
 export function forwardResponseHeaders(
   h: Record<string, string | string[] | undefined>,
 ): OutgoingHttpHeaders {
@@ -97,7 +104,8 @@ export function forwardResponseHeaders(
   for (const [k, v] of Object.entries(h)) {
     if (v === undefined) continue;
     const n = k.toLowerCase();
-    if ((HOP_BY_HOP.has(n) && n !== "content-length") || listed.has(n)) continue;
+    if ((HOP_BY_HOP.has(n) && n !== "content-length") || listed.has(n) || n === SERVED_ENDPOINT_HEADER)
+      continue;
     out[n] = v;
   }
   return out;

@@ -120,7 +120,9 @@ export class GatewayMetrics {
     );
     this.schedulerAttempts = c(
       "llm_d_epp_scheduler_attempts_total",
-      "Scheduling attempts (picks per endpoint).",
+      "Scheduling attempts: status success or failure, one per scheduling decision (as llm-d's), " +
+        "labelled with the endpoint picked; status retry, one per failover of a request to the next " +
+        "candidate, labelled with that endpoint.",
       ["status", "target_model_name", "endpoint_name", "namespace", "port"],
     );
     this.readyEndpoints = g("llm_d_epp_ready_endpoints", "Ready endpoints in the pool.", ["name"]);
@@ -275,7 +277,15 @@ export class GatewayMetrics {
     this.avgRunning.set({ name: pool }, n ? run / n : 0);
   }
 
+  /**
+   * The exposition text, without the blank line prom-client puts between families (valid, since
+   * parsers skip empty lines, but noise to a reader and to line-oriented tools).
+   */
   async text(): Promise<string> {
-    return this.registry.metrics();
+    const raw = await this.registry.metrics();
+    return `${raw
+      .split("\n")
+      .filter((l) => l !== "")
+      .join("\n")}\n`;
   }
 }

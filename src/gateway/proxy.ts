@@ -33,6 +33,8 @@ export interface ForwardRequest {
   headersTimeoutMs: number;
   bodyTimeoutMs: number;
   pool(id: string): Pool;
+  /** About to send to `endpoint`; `attempt` counts from 0 (> 0: a failover retry). */
+  onAttempt?(endpoint: string, attempt: number): void;
   onAttemptFailed(f: AttemptFailure): void;
   /** First response byte from `endpoint`; it is now the serving endpoint. */
   onStarted(endpoint: string, status: number): void;
@@ -113,8 +115,11 @@ export async function forward(r: ForwardRequest): Promise<ForwardOutcome> {
     failures.push(f);
     r.onAttemptFailed(f);
   };
-  for (const id of r.targets.slice(0, Math.max(1, r.maxAttempts))) {
+  const targets = r.targets.slice(0, Math.max(1, r.maxAttempts));
+  for (let attempt = 0; attempt < targets.length; attempt++) {
+    const id = targets[attempt]!;
     if (r.signal.aborted) return { kind: "client-gone", endpoint: null };
+    r.onAttempt?.(id, attempt);
     let up: Dispatcher.ResponseData;
     try {
       up = await r.pool(id).request({

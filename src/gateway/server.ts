@@ -14,7 +14,7 @@ import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/t
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
-import { forwardRequestHeaders, headerValue } from "./headers.ts";
+import { forwardRequestHeaders, headerValue, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";
 import { resolvePriority } from "./model-objectives.ts";
 import { forward } from "./proxy.ts";
@@ -248,7 +248,20 @@ async function proxyRequest(
       headersTimeoutMs: gw.opts.upstreamHeadersTimeoutMs,
       bodyTimeoutMs: gw.opts.upstreamBodyTimeoutMs,
       pool: (id) => gw.pool(id),
+      onAttempt: (id, attempt) => {
+        gw.traffic.attempt(id, attempt);
+        if (attempt === 0) return; // the pick itself was counted as status "success" above
+        const [h, p] = splitId(id);
+        m.schedulerAttempts.inc({
+          status: "retry",
+          target_model_name: labels.target_model_name,
+          endpoint_name: h,
+          namespace: "",
+          port: p,
+        });
+      },
       onAttemptFailed: (f) => {
+        gw.traffic.failure(f.endpoint);
         m.upstreamFailures.inc({ endpoint: f.endpoint, kind: f.kind });
         gw.data.store.reportRequestFailure(f.endpoint, f.kind, f.message, monotonicSeconds());
       },
@@ -256,6 +269,7 @@ async function proxyRequest(
         served = id;
         firstByteAt = performance.now();
         if (status < 500) gw.data.store.reportRequestSuccess(id);
+        if (gw.opts.servedEndpointHeader) res.setHeader(SERVED_ENDPOINT_HEADER, id);
         if (routing.sessionTokenHeader) res.setHeader(routing.sessionTokenHeader, encodeSessionToken(id));
         routing.scheduler.onResponseStarted(facts, id, monotonicSeconds());
       },

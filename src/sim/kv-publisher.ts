@@ -4,6 +4,8 @@
  * `[topic, seq u64 BE, msgpack batch]` with seq counting batches from 0, and an optional ROUTER socket that
  * replays the last `buffer_steps` batches on request.
  *
+ * A socket that cannot bind fails with KvEventsBindError, naming the address and the config field.
+ *
  * Differences from vLLM, all invisible on the wire: batches are encoded and handed to the socket
  * synchronously (no background thread, so `max_queue_size` has no effect), and a batch is kept for replay
  * even when the socket refused it, so a subscriber can recover it.
@@ -39,6 +41,46 @@ export interface PublisherStats {
   replayRequestsMalformed: number;
   /** Replays cut short because the ROUTER refused a reply. */
   replayErrors: number;
+}
+
+/**
+ * A KV-events socket that could not be bound (typically: another replica on this host already publishes
+ * on that port). The message names the address, the --kv-events-config field that set it, and a fix.
+ */
+export class KvEventsBindError extends Error {
+  override name = "KvEventsBindError";
+  readonly code = "KVG_ERR_KV_EVENTS_BIND";
+  constructor(
+    readonly field: "endpoint" | "replay_endpoint",
+    readonly address: string,
+    cause: unknown,
+    rank: number,
+  ) {
+    const c = cause as { code?: string; message?: string };
+    const port = /:(\d+)$/.exec(address)?.[1];
+    const offset = rank > 0 ? ` (the configured port + data-parallel rank ${rank})` : "";
+    const inUse = c.code === "EADDRINUSE" || /in use/i.test(c.message ?? "");
+    const example = port ? `, e.g. "${field}":"tcp://*:${Number(port) + 10}"` : "";
+    super(
+      inUse
+        ? `--kv-events-config "${field}" ${address}${offset} is already in use (another replica or vLLM on this host publishes there); give each replica its own ports${example}, or use kvgate sim-fleet`
+        : `--kv-events-config "${field}" ${address}${offset}: cannot bind: ${c.message ?? String(cause)}`,
+      { cause },
+    );
+  }
+}
+
+async function bindOrExplain(
+  sock: Publisher | Router,
+  field: "endpoint" | "replay_endpoint",
+  address: string,
+  rank: number,
+): Promise<void> {
+  try {
+    await sock.bind(address);
+  } catch (err) {
+    throw new KvEventsBindError(field, address, err, rank);
+  }
 }
 
 /** vLLM's END_SEQ: (-1).to_bytes(8, "big", signed=True). */
@@ -129,7 +171,7 @@ export class ZmqEventPublisher {
     try {
       let bound = endpoint;
       if (endpointBinds(endpoint)) {
-        await pub.bind(endpoint);
+        await bindOrExplain(pub, "endpoint", endpoint, rank);
         bound = pub.lastEndpoint ?? endpoint;
       } else {
         pub.connect(endpoint);
@@ -137,7 +179,7 @@ export class ZmqEventPublisher {
       let replayBound: string | null = null;
       if (replayAt !== null) {
         router = new Router({ linger: 0, sendTimeout: 5000 });
-        await router.bind(replayAt);
+        await bindOrExplain(router, "replay_endpoint", replayAt, rank);
         replayBound = router.lastEndpoint ?? replayAt;
       }
       return new ZmqEventPublisher(cfg, opts, pub, bound, router, replayBound);
