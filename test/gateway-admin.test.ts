@@ -170,3 +170,33 @@ test("admin: /metrics exposes llm-d's metric names, parseable, with request and 
     await a.close();
   }
 });
+
+test("admin: /endpoints shows the default config's learned prefill rate beside the hand-set one", {
+  timeout: 30_000,
+}, async () => {
+  const a = await replica(0);
+  const gw = await startGateway({ endpoints: a.id, scrapeIntervalMs: 20, log: () => {} });
+  try {
+    await waitFor(() => gw.gateway.data.store.get(a.id)?.modelIds !== null, "scraped");
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${gw.url}/v1/completions`, {
+        method: "POST",
+        body: JSON.stringify({ model: "m", prompt: `${i} ${"distinct prompt words ".repeat(40)}` }),
+      });
+      await r.text();
+    }
+    const eps = await json(`${gw.adminUrl}/endpoints`);
+    const [e] = eps.body.endpoints as Array<{ routing: Record<string, Record<string, unknown>> }>;
+    const gate = e.routing["prefix-cache-affinity-filter"];
+    assert.equal(gate.peakPrefillThroughput, 15928);
+    assert.equal(gate.learnPrefillThroughput, true);
+    const load = e.routing["inflight-load-producer"];
+    // Three first tokens seen, three samples; too few tokens yet to trust a rate.
+    assert.equal(load.prefillSamples, 3);
+    assert.equal(load.learnedPrefillThroughput, null);
+    assert.equal(load.inFlightRequests, 0);
+  } finally {
+    await gw.close();
+    await a.close();
+  }
+});
