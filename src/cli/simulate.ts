@@ -67,7 +67,9 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
-  console.error(`total wall ${res.wall_clock.total_s.toFixed(1)} s`);
+  console.error(
+    `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
+  );
   if (f.json) {
     writeFileSync(f.json, `${JSON.stringify(res, null, 2)}\n`);
     console.error(`results written to ${f.json}`);

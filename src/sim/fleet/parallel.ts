@@ -1,8 +1,8 @@
 /**
  * Runs a scenario's routers in worker threads, several at once: each worker loads the scenario file
  * again, generates the (deterministic) workload once, and runs the routers it is handed, so results
- * equal a sequential run. Per-router CPU time is not measurable per thread on Node 20
- * (process.cpuUsage() counts the whole process), so parallel outcomes report it as NaN.
+ * equal a sequential run. Workers leave out the workload's limits, which the calling thread
+ * computes once (simulate.ts). A router's CPU time is its worker thread's (thread-cpu.ts).
  */
 import { resolve } from "node:path";
 import { Worker } from "node:worker_threads";

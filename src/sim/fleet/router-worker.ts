@@ -3,7 +3,6 @@
  * its outcome back. The scenario and its workload are built once per worker and reused.
  */
 import { parentPort } from "node:worker_threads";
-import { computeLimits } from "./limits.ts";
 import type { WorkerReply, WorkerRequest } from "./parallel.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { loadScenario, type Scenario } from "./scenario.ts";
@@ -20,7 +19,7 @@ function context(req: WorkerRequest): { sc: Scenario; ctx: RouterContext } {
     cached = {
       key,
       sc,
-      ctx: { spec, workload, tokenizer, limits: computeLimits(workload, sc.fleet, tokenizer) },
+      ctx: { spec, workload, tokenizer, limits: null },
     };
   }
   return cached;
@@ -33,7 +32,7 @@ parentPort?.on("message", async (req: WorkerRequest) => {
     const router = sc.routers.find((r) => r.name === req.router);
     if (router === undefined) throw new Error(`unknown router "${req.router}"`);
     const outcome = await runRouter(sc, router, ctx);
-    reply = { ok: true, outcome: { ...outcome, cpuSeconds: Number.NaN } };
+    reply = { ok: true, outcome };
   } catch (e) {
     reply = { ok: false, message: (e as Error).message, name: (e as Error).name };
   }

@@ -18,6 +18,7 @@ import { preciseProducers, runFleet } from "./fleet.ts";
 import { computeLimits, type Limits } from "./limits.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
+import { threadCpuSeconds } from "./thread-cpu.ts";
 
 export interface SimulateOptions {
   /** Run only these routers (by scenario name), in the scenario's order. */
@@ -44,6 +45,7 @@ export type SimRun = RunResult & {
 export interface RouterOutcome {
   run: SimRun;
   wallSeconds: number;
+  /** CPU seconds of the thread that ran the router (NaN where the OS does not say). */
   cpuSeconds: number;
 }
 
@@ -58,6 +60,8 @@ export interface SimResults {
   wall_clock: {
     created: string;
     total_s: number;
+    /** Peak resident memory of the whole process (every worker thread included), MiB. */
+    peak_rss_mib: number;
     routers: { router: string; wall_s: number; cpu_s: number }[];
   };
 }
@@ -82,15 +86,22 @@ export function scenarioWorkload(
 export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
   const t0 = performance.now();
   const routers = opts.routers === undefined ? sc.routers : pickRouters(sc, opts.routers);
+  const outcomes: RouterOutcome[] = [];
+  const jobs = Math.max(1, Math.min(opts.jobs ?? 1, routers.length));
+  // Workers start first, so this thread's workload and limits overlap their runs.
+  let parallel: Promise<RouterOutcome[]> | null = null;
+  if (jobs > 1) {
+    const { runRoutersInWorkers } = await import("./parallel.ts");
+    parallel = runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
+    // A worker failing while this thread computes is reported when it is awaited below.
+    parallel.catch(() => {});
+  }
   const { spec, workload } = scenarioWorkload(sc, opts.quick);
   const tokenizer = new PromptTokenizer();
   const limits = computeLimits(workload, sc.fleet, tokenizer);
-  const outcomes: RouterOutcome[] = [];
-  const jobs = Math.max(1, Math.min(opts.jobs ?? 1, routers.length));
-  if (jobs > 1) {
-    const { runRoutersInWorkers } = await import("./parallel.ts");
-    const ordered = await runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
-    outcomes.push(...ordered);
+  if (parallel !== null) {
+    // Workers leave the limits out (each would compute the same ones); they are this thread's.
+    for (const o of await parallel) outcomes.push({ ...o, run: { ...o.run, limits } });
   } else {
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
@@ -135,17 +146,22 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
     wall_clock: {
       created,
       total_s: (performance.now() - t0) / 1000,
+      // maxRSS is in KiB.
+      peak_rss_mib: process.resourceUsage().maxRSS / 1024,
       routers: outcomes.map((o) => ({ router: o.run.router, wall_s: o.wallSeconds, cpu_s: o.cpuSeconds })),
     },
   };
 }
 
-/** What every router of one scenario run shares: the workload, its tokenization and its limits. */
+/**
+ * What every router of one scenario run shares: the workload, its tokenization and its limits
+ * (null in a worker thread: the main thread computes them once and fills them in).
+ */
 export interface RouterContext {
   spec: Scenario["workload"];
   workload: Workload;
   tokenizer: PromptTokenizer;
-  limits: Limits;
+  limits: Limits | null;
 }
 
 /** One router against a fresh fleet. Deterministic given the scenario and the context. */
@@ -156,7 +172,7 @@ export async function runRouter(
 ): Promise<RouterOutcome> {
   const { spec, workload, tokenizer, limits } = ctx;
   const w0 = performance.now();
-  const c0 = process.cpuUsage();
+  const c0 = threadCpuSeconds();
   let created: Awaited<ReturnType<typeof createScheduler>>;
   try {
     created = await createScheduler(r.configText, { seed: sc.seed });
@@ -222,15 +238,9 @@ export async function runRouter(
         : {}),
       config_warnings: created.warnings,
     },
-    limits,
+    limits: limits as Limits,
   };
-  const c = process.cpuUsage(c0);
-  const outcome = {
-    run,
-    wallSeconds: (performance.now() - w0) / 1000,
-    cpuSeconds: (c.user + c.system) / 1e6,
-  };
-  return outcome;
+  return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
 }
 
 /** A precise producer's index counters and its routing hit ratio (blocks held by the picked endpoint). */
