@@ -4,12 +4,14 @@
  * and priority scheduling, natural and ignore_eos lengths) is digested — every step's times,
  * outputs and KV events, and the final stats — and compared with the digest the engine produced
  * before block-pool keys and hashing were restructured. And "fast64" block hashing must give the
- * same run as sha256_cbor in everything but the hash values inside KV events.
+ * same run as sha256_cbor in everything but the hash values inside KV events. The fleet's prompt
+ * hash memo (one hashing per distinct prompt array) must give the same run as hashing every prompt.
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { describe, it } from "node:test";
 import { type BlockHashAlgo, Engine } from "../src/engine/engine.ts";
+import { PromptHashMemo } from "../src/engine/fast-block-hash.ts";
 import { Rng } from "../src/engine/output-tokens.ts";
 import type { StepResult } from "../src/engine/types.ts";
 import { engineConfig } from "./helpers/engine-fixtures.ts";
@@ -32,8 +34,17 @@ function stepView(r: StepResult, withEvents: boolean): unknown {
   };
 }
 
-/** Runs the fixed trace; returns one JSON line per step plus the final stats. */
-function trace(policy: "fcfs" | "priority", algo: BlockHashAlgo, withEvents: boolean): string[] {
+/**
+ * Runs the fixed trace; returns one JSON line per step plus the final stats. With `prompts`,
+ * requests draw their prompt arrays from that many shared arrays (the same array object again and
+ * again, as the fleet's tokenizer hands them out), and `memo` is given to the engine.
+ */
+function trace(
+  policy: "fcfs" | "priority",
+  algo: BlockHashAlgo,
+  withEvents: boolean,
+  shared?: { prompts: number; memo?: PromptHashMemo },
+): string[] {
   const e = new Engine(
     engineConfig({
       numGpuBlocks: 420,
@@ -42,9 +53,10 @@ function trace(policy: "fcfs" | "priority", algo: BlockHashAlgo, withEvents: boo
       maxModelLen: 4096,
       schedulingPolicy: policy,
     }),
-    { blockHashAlgo: algo },
+    { blockHashAlgo: algo, ...(shared?.memo !== undefined ? { promptHashMemo: shared.memo } : {}) },
   );
   const rng = new Rng(7);
+  const pool = new Map<number, number[]>();
   const systems = Array.from({ length: 5 }, (_, g) =>
     Array.from({ length: 300 + 37 * g }, (_, i) => 100 + g * 1000 + i),
   );
@@ -59,10 +71,16 @@ function trace(policy: "fcfs" | "priority", algo: BlockHashAlgo, withEvents: boo
         { length: 20 + Math.floor(rng.next() * 150) },
         () => 20000 + Math.floor(rng.next() * 5000),
       );
+      let prompt = [...systems[g], ...question];
+      if (shared !== undefined) {
+        const k = next % shared.prompts;
+        prompt = pool.get(k) ?? prompt;
+        pool.set(k, prompt);
+      }
       e.addRequest(
         {
           id: `q${next}`,
-          promptTokenIds: [...systems[g], ...question],
+          promptTokenIds: prompt,
           maxTokens: 10 + Math.floor(rng.next() * 120),
           ignoreEos: next % 3 !== 0,
           ...(next % 7 === 0 ? { loraName: "adapter-a" } : {}),
@@ -100,6 +118,16 @@ describe("engine equivalence", () => {
       assert.deepEqual(trace(policy, "fast64", false), trace(policy, "sha256_cbor", false));
     });
   }
+
+  for (const policy of ["fcfs", "priority"] as const)
+    it(`${policy}: the prompt hash memo gives the same run as hashing every prompt`, () => {
+      const memo = new PromptHashMemo();
+      const withMemo = trace(policy, "fast64", true, { prompts: 12, memo });
+      assert.deepEqual(withMemo, trace(policy, "fast64", true, { prompts: 12 }));
+      // Prompts recur under other LoRA names and salts, which must not reuse each other's hashes.
+      assert.ok(memo.hits > 50, `memo hits ${memo.hits}`);
+      assert.ok(memo.misses > 12, `memo misses ${memo.misses}`);
+    });
 
   it("the trace exercises preemption, prefix hits, aborts and events", () => {
     const lines = trace("fcfs", "sha256_cbor", true);

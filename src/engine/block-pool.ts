@@ -139,8 +139,12 @@ export class BlockPool {
 
   /** Pops `n` blocks from the head of the free queue, evicting any cached hash they hold. */
   getNewBlocks(n: number): number[] {
+    return this.getNewBlocksInto([], n);
+  }
+
+  /** getNewBlocks, appending the blocks to `out` (a request's block list); returns `out`. */
+  getNewBlocksInto(out: number[], n: number): number[] {
     if (n > this.freeCount) throw new RangeError(`cannot get ${n} free blocks, only ${this.freeCount} free`);
-    const out = new Array<number>(n);
     for (let i = 0; i < n; i++) {
       const b = this.next[this.sentinel];
       this.unlink(b);
@@ -148,7 +152,7 @@ export class BlockPool {
         throw new Error(`block pool corrupted: free block ${b} has refCnt ${this.refCnt[b]}`);
       this.evict(b);
       this.refCnt[b] = 1;
-      out[i] = b;
+      out.push(b);
     }
     return out;
   }

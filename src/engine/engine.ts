@@ -10,6 +10,7 @@
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
 import { StepScheduler } from "./engine-scheduler.ts";
 import { checkRequest, EngineInputError, newCounters, newReq, type Req, removeFrom } from "./engine-state.ts";
+import type { PromptHashMemo } from "./fast-block-hash.ts";
 import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
 import { sampleToken } from "./output-tokens.ts";
 import { type BatchShape, stepTime } from "./profile.ts";
@@ -28,6 +29,11 @@ export type { BlockHashAlgo } from "./kv-cache-manager.ts";
 
 export interface EngineOptions {
   blockHashAlgo?: BlockHashAlgo;
+  /**
+   * Remembers prompt hashes across requests (and engines) given the same prompt array, which the
+   * caller then must never modify. fast64 only; without it every prompt is hashed.
+   */
+  promptHashMemo?: PromptHashMemo;
 }
 
 /** The step's event list when KV events are off (never mutated). */
@@ -68,7 +74,7 @@ export class Engine {
     if (!Number.isInteger(config.longPrefillTokenThreshold) || config.longPrefillTokenThreshold < 0)
       bad("longPrefillTokenThreshold must be an integer ≥ 0");
     this.config = config;
-    this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor");
+    this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
     this.sched = new StepScheduler(config, this.kv, this.counters);
     this.vocabSize = config.vocabSize ?? 128256;
     this.eosTokenId = config.eosTokenId ?? 2;
@@ -79,7 +85,7 @@ export class Engine {
     checkRequest(req, this.config);
     if (this.byId.has(req.id)) throw new EngineInputError(`Request id ${req.id} is already running.`);
     const r = newReq(req, now, this.config.seed, this.kv.newHasher(req));
-    if (this.config.enablePrefixCaching) r.hasher.update(r.tokens, r.numPromptTokens);
+    if (this.config.enablePrefixCaching) this.kv.hashPrompt(r, req.promptTokenIds);
     this.byId.set(req.id, r);
     this.sched.enqueueWaiting(r, false);
   }

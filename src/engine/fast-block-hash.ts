@@ -106,6 +106,41 @@ export function fastRoot(hashSeed: string): [number, number] {
   return [fmix(mixString(0x243f6a88, hashSeed)), fmix(mixString(0x85a308d3, hashSeed))];
 }
 
+/**
+ * Prompt hashes remembered by prompt array, for callers that hand many requests the very same
+ * token-id array (the fleet simulator's tokenizer returns one shared array per distinct prompt)
+ * and never modify it: each distinct prompt is hashed once, not once per request. Entries live
+ * as long as their array does. Each remembers the chain parameters it was computed with and is
+ * used only for a request with the same ones.
+ */
+export class PromptHashMemo {
+  readonly #byPrompt = new WeakMap<readonly number[], PromptHashes>();
+  hits = 0;
+  misses = 0;
+
+  get(prompt: readonly number[], key: string): PromptHashes | undefined {
+    const e = this.#byPrompt.get(prompt);
+    if (e === undefined || e.key !== key) {
+      this.misses++;
+      return undefined;
+    }
+    this.hits++;
+    return e;
+  }
+
+  set(prompt: readonly number[], e: PromptHashes): void {
+    this.#byPrompt.set(prompt, e);
+  }
+}
+
+/** The full-block hashes of one prompt (count blocks) and the chain parameters behind them. */
+export interface PromptHashes {
+  readonly key: string;
+  readonly count: number;
+  readonly his: Int32Array;
+  readonly los: Int32Array;
+}
+
 /** Per-request incremental hasher with the chain structure of RequestBlockHasher. */
 export class FastRequestBlockHasher implements BlockHasher {
   count = 0;
@@ -129,6 +164,34 @@ export class FastRequestBlockHasher implements BlockHasher {
     this.#hi = root[1];
     this.#extra0 = blockExtraKeys(0, loraName, cacheSalt);
     this.#extraN = blockExtraKeys(1, loraName, cacheSalt);
+  }
+
+  /** The chain parameters as a memo key: hashes with equal keys over equal tokens are equal. */
+  get chainKey(): string {
+    return `${this.blockSize}|${this.#lo}|${this.#hi}|${JSON.stringify([this.#extra0, this.#extraN])}`;
+  }
+
+  /** This hasher's first `count` hashes (for PromptHashMemo), copied. */
+  snapshot(key: string): PromptHashes {
+    return { key, count: this.count, his: this.his.slice(0, this.count), los: this.los.slice(0, this.count) };
+  }
+
+  /**
+   * Starts a fresh hasher from remembered hashes of its own prompt (same chain parameters), as if
+   * update had hashed it: the state after update is the last block's hash.
+   */
+  restore(p: PromptHashes): void {
+    if (this.count !== 0) throw new Error("restore: the hasher has already hashed blocks");
+    if (p.count === 0) return;
+    if (p.count > this.his.length) {
+      this.his = grow(this.his, p.count);
+      this.los = grow(this.los, p.count);
+    }
+    this.his.set(p.his.subarray(0, p.count));
+    this.los.set(p.los.subarray(0, p.count));
+    this.#hi = this.his[p.count - 1];
+    this.#lo = this.los[p.count - 1];
+    this.count = p.count;
   }
 
   update(tokens: Float64Array, length: number): void {

@@ -6,7 +6,13 @@
 import { blockExtraKeys, noneHash } from "../kv/vllm-block-hash.ts";
 import { BlockPool } from "./block-pool.ts";
 import type { Req } from "./engine-state.ts";
-import { type BlockHasher, FastRequestBlockHasher, fastRoot, Sha256BlockHasher } from "./fast-block-hash.ts";
+import {
+  type BlockHasher,
+  FastRequestBlockHasher,
+  fastRoot,
+  type PromptHashMemo,
+  Sha256BlockHasher,
+} from "./fast-block-hash.ts";
 import type { EngineConfig, EngineRequest } from "./types.ts";
 
 /**
@@ -22,9 +28,12 @@ export class KVCacheManager {
   private readonly root: Uint8Array;
   private readonly fastRoot: [number, number] | null;
 
-  /** Throws RangeError on an unknown `algo`. */
-  constructor(config: EngineConfig, algo: BlockHashAlgo) {
+  private readonly memo: PromptHashMemo | null;
+
+  /** Throws RangeError on an unknown `algo`. `memo` serves fast64 only (see PromptHashMemo). */
+  constructor(config: EngineConfig, algo: BlockHashAlgo, memo?: PromptHashMemo) {
     this.config = config;
+    this.memo = algo === "fast64" ? (memo ?? null) : null;
     this.pool = new BlockPool(config.numGpuBlocks, config.enablePrefixCaching, config.enableKvCacheEvents);
     this.root = noneHash(config.hashSeed);
     if (algo !== "sha256_cbor" && algo !== "fast64")
@@ -44,6 +53,22 @@ export class KVCacheManager {
           req.loraName,
           req.cacheSalt,
         );
+  }
+
+  /** Hashes the full blocks of `r`'s prompt (`prompt`, the array its tokens were copied from). */
+  hashPrompt(r: Req, prompt: readonly number[]): void {
+    const h = r.hasher;
+    if (this.memo === null || !(h instanceof FastRequestBlockHasher)) {
+      h.update(r.tokens, r.numPromptTokens);
+      return;
+    }
+    const key = h.chainKey;
+    const known = this.memo.get(prompt, key);
+    if (known !== undefined) h.restore(known);
+    else {
+      h.update(r.tokens, r.numPromptTokens);
+      this.memo.set(prompt, h.snapshot(key));
+    }
   }
 
   /**
@@ -86,7 +111,7 @@ export class KVCacheManager {
       for (const b of hitBlocks) r.blocks.push(b);
       r.numCachedBlocks = hitBlocks.length;
     }
-    if (numNew > 0) for (const b of this.pool.getNewBlocks(numNew)) r.blocks.push(b);
+    if (numNew > 0) this.pool.getNewBlocksInto(r.blocks, numNew);
     if (this.config.enablePrefixCaching) {
       const full = Math.floor(Math.min(computedAfter + n, r.numTokens) / bs);
       this.cacheFullBlocks(r, full);
@@ -113,7 +138,7 @@ export class KVCacheManager {
       type: "BlockStored",
       blockHashes: values,
       parentBlockHash: from === 0 ? null : h.value(from - 1),
-      tokenIds: Array.from(r.tokens.subarray(from * bs, numFull * bs)),
+      tokenIds: tokenIds(r.tokens, from * bs, numFull * bs),
       blockSize: bs,
       loraId: null,
       medium: "GPU",
@@ -131,4 +156,11 @@ export class KVCacheManager {
     r.blocks = [];
     r.numCachedBlocks = 0;
   }
+}
+
+/** tokens[from, to) as a plain array (a loop: Array.from over a typed array is several times slower). */
+function tokenIds(tokens: Float64Array, from: number, to: number): number[] {
+  const out: number[] = [];
+  for (let i = from; i < to; i++) out.push(tokens[i]);
+  return out;
 }

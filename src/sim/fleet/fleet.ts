@@ -30,6 +30,7 @@ import type { FleetResult } from "../../bench/results.ts";
 import { ArrivalScheduler } from "../../bench/schedule.ts";
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { EngineInputError } from "../../engine/engine.ts";
+import { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
 import type { Admission } from "../../flow/admission.ts";
 import type { KVEventBatch } from "../../kv/events.ts";
@@ -130,7 +131,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     precise.length > 0 && !o.fleet.enableKvCacheEvents ? { ...o.fleet, enableKvCacheEvents: true } : o.fleet;
   const withTokenIds = o.routerTokenizer || precise.length > 0;
   const tok = o.tokenizer ?? new PromptTokenizer();
-  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, fleetCfg, o.seed));
+  // The tokenizer hands out one shared, never-modified array per distinct prompt: hash each once.
+  const memo = new PromptHashMemo();
+  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, fleetCfg, o.seed, memo));
   const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */

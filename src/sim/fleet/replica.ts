@@ -8,6 +8,7 @@
 
 import type { FleetResult } from "../../bench/results.ts";
 import { type BlockHashAlgo, Engine } from "../../engine/engine.ts";
+import type { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import { mixSeed } from "../../engine/output-tokens.ts";
 import type { Profile } from "../../engine/profile.ts";
 import type { EngineStats, StepResult, TokenOutput } from "../../engine/types.ts";
@@ -63,7 +64,8 @@ export class Replica {
   #nextIds: string[] = [];
   #nextIdx: number[] = [];
 
-  constructor(index: number, cfg: FleetConfig, seed: number) {
+  /** `memo`: prompt hashes shared by the fleet's engines (prompt arrays are never modified). */
+  constructor(index: number, cfg: FleetConfig, seed: number, memo?: PromptHashMemo) {
     this.index = index;
     this.engine = new Engine(
       {
@@ -81,7 +83,7 @@ export class Replica {
         enableKvCacheEvents: cfg.enableKvCacheEvents,
         profile: cfg.profile,
       },
-      { blockHashAlgo: cfg.blockHashAlgo },
+      { blockHashAlgo: cfg.blockHashAlgo, ...(memo !== undefined ? { promptHashMemo: memo } : {}) },
     );
     const id = replicaId(index);
     this.state = { id, address: id.split(":")[0], labels: { ...cfg.labels }, metrics: null };
