@@ -137,12 +137,10 @@ export class BlockPool {
     }
   }
 
-  /** Pops `n` blocks from the head of the free queue, evicting any cached hash they hold. */
-  getNewBlocks(n: number): number[] {
-    return this.getNewBlocksInto([], n);
-  }
-
-  /** getNewBlocks, appending the blocks to `out` (a request's block list); returns `out`. */
+  /**
+   * Pops `n` blocks from the head of the free queue, evicting any cached hash they hold, and
+   * appends them to `out` (a request's block list); returns `out`.
+   */
   getNewBlocksInto(out: number[], n: number): number[] {
     if (n > this.freeCount) throw new RangeError(`cannot get ${n} free blocks, only ${this.freeCount} free`);
     for (let i = 0; i < n; i++) {
