@@ -59,6 +59,7 @@ describe("shipped and reference configs load", () => {
       maxTTFTPenaltyMs: 18000,
       ttftSource: "prefillThroughput",
       peakPrefillThroughput: 15928,
+      learnPrefillThroughput: true,
       prefixMatchInfoProducerName: "approx-prefix-cache-producer",
       inFlightLoadProducerName: "inflight-load-producer",
     });

@@ -162,3 +162,41 @@ describe("PrefillRateEstimator", () => {
     assert.ok(r < 12000 && r > 10000, `rate ${r}`);
   });
 });
+
+describe("kv-pressure-scorer", () => {
+  const cfg = (scorer: string) => `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: inflight-load-producer
+- type: ${scorer}
+`;
+  /** Four ~2,000-token prompts in one scrape interval; both endpoints hold 16,000 KV tokens. */
+  async function picks(scorer: string, rescrapeAt?: number) {
+    const { scheduler } = await createScheduler(cfg(scorer), { hasher: h, seed: 1 });
+    const out: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const t = 0.01 * (i + 1);
+      const at = rescrapeAt !== undefined && t > rescrapeAt ? rescrapeAt : 0;
+      const m = { cacheNumBlocks: 1000, cacheBlockSize: 16, updateTime: at };
+      const pool = [
+        endpoint("a:1", { ...m, kvCacheUsagePercent: 0.3 }),
+        endpoint("b:1", { ...m, kvCacheUsagePercent: 0.32 }),
+      ];
+      const req = completion(`r${i}`, `${i} ${"abcd".repeat(2000)}`);
+      const r = scheduler.schedule(req, pool, t);
+      scheduler.onPicked(req, r, t);
+      out.push(r.target?.id ?? "none");
+    }
+    return out;
+  }
+
+  it("counts what was sent since the scrape, so one interval's requests do not herd to its argmin", async () => {
+    assert.deepEqual(await picks("kv-cache-utilization-scorer"), ["a:1", "a:1", "a:1", "a:1"]);
+    assert.deepEqual(await picks("kv-pressure-scorer"), ["a:1", "b:1", "a:1", "b:1"]);
+  });
+
+  it("drops what a newer scrape already shows", async () => {
+    // A scrape at 0.015 (still 0.30 / 0.32) covers the first pick: the second sees a as fresh again.
+    assert.deepEqual(await picks("kv-pressure-scorer", 0.015), ["a:1", "a:1", "b:1", "a:1"]);
+  });
+});

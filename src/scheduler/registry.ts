@@ -28,7 +28,12 @@ import {
   prefixPdDeciderSpec,
   singleProfileHandlerSpec,
 } from "./plugins/profiles/handlers.ts";
-import { activeRequestSpec, leastRequestSpec, tokenLoadSpec } from "./plugins/scorers/inflight.ts";
+import {
+  activeRequestSpec,
+  kvPressureSpec,
+  leastRequestSpec,
+  tokenLoadSpec,
+} from "./plugins/scorers/inflight.ts";
 import {
   kvCacheScorerSpec,
   loadAwareScorerSpec,
@@ -112,6 +117,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   activeRequestSpec,
   tokenLoadSpec,
   leastRequestSpec,
+  kvPressureSpec,
   noHitLruSpec,
   sessionScorerSpec,
   sessionFilterSpec,

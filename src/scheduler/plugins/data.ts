@@ -65,6 +65,8 @@ export interface InFlightInfo {
   uncachedForAll?(): number | null;
   /** Optional: the endpoint's prefill tokens/s learned from its first-token times; undefined until known. */
   prefillRate?(endpointId: string): number | undefined;
+  /** Optional: uncached prompt tokens the gateway sent to the endpoint after time `since` (seconds). */
+  promptTokensPickedSince?(endpointId: string, since: number): number;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

@@ -57,6 +57,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly #records = new Map<string, Entry[]>();
   /** Each endpoint's prefill throughput, learned from pick → first-token times. */
   readonly prefillRates = new PrefillRateEstimator();
+  /** Recent picks per endpoint (time, uncached prompt tokens): KV a scrape has not seen yet. */
+  readonly recentPicks = new RecentPicks();
 
   constructor(
     name: string,
@@ -101,21 +103,12 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       ? this.#outputEstimate(input, cycle.request.maxTokens)
       : 0;
     if (info === undefined || info.blockSizeTokens <= 0)
-      return new InflightView(this.#counters, this.prefillRates, extra, null, 0, 0, input + extra);
+      return new InflightView(this.#counters, this, extra, null, 0, 0, input + extra);
     const indexed = info.totalBlocks * info.blockSizeTokens;
     const tail = Math.max(0, input - indexed) + extra;
     // Nothing matched anywhere: the same uncached count on every endpoint, no lookup per endpoint.
-    if (!info.anyMatch)
-      return new InflightView(this.#counters, this.prefillRates, extra, null, 0, 0, indexed + tail);
-    return new InflightView(
-      this.#counters,
-      this.prefillRates,
-      extra,
-      info,
-      indexed,
-      info.blockSizeTokens,
-      tail,
-    );
+    if (!info.anyMatch) return new InflightView(this.#counters, this, extra, null, 0, 0, indexed + tail);
+    return new InflightView(this.#counters, this, extra, info, indexed, info.blockSizeTokens, tail);
   }
 
   #outputEstimate(input: number, maxTokens: number | undefined): number {
@@ -137,6 +130,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(TOKENS, id, tokens);
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
       entries.push({ endpointId: id, profile, tokens, holdsRequest: true, promptTokens, pickedAt: now });
+      this.recentPicks.add(id, now, promptTokens);
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
   }
@@ -190,6 +184,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   retainEndpoints(pool: ReadonlySet<string>): void {
     this.#counters.retain(pool);
     this.prefillRates.retain(pool);
+    this.recentPicks.retain(pool);
   }
 
   endpointView(endpointId: string): Record<string, unknown> {
@@ -274,7 +269,7 @@ class Counters {
 class InflightView implements InFlightInfo {
   constructor(
     readonly counters: Counters,
-    readonly rates: PrefillRateEstimator,
+    readonly producer: InflightLoadProducer,
     /** Output tokens estimated for this request (0 unless addEstimatedOutputTokens). */
     readonly outputEstimate: number,
     readonly info: PrefixMatchInfo | null,
@@ -296,7 +291,11 @@ class InflightView implements InFlightInfo {
   }
 
   prefillRate(id: string): number | undefined {
-    return this.rates.rate(id);
+    return this.producer.prefillRates.rate(id);
+  }
+
+  promptTokensPickedSince(id: string, since: number): number {
+    return this.producer.recentPicks.since(id, since);
   }
 
   uncachedForAll(): number | null {
@@ -307,6 +306,39 @@ class InflightView implements InFlightInfo {
     const info = this.info;
     if (info === null) return this.tail;
     return Math.max(0, this.indexed - info.matchBlocks(id) * this.blockSize) + this.tail;
+  }
+}
+
+/** Per endpoint, the last few seconds of picks: (time, uncached prompt tokens), oldest first. */
+class RecentPicks {
+  readonly #at = new Map<string, { t: number[]; tokens: number[] }>();
+  /** Picks older than this many seconds before the newest are dropped (scrapes are far fresher). */
+  static readonly KEEP_S = 5;
+
+  add(id: string, t: number, tokens: number): void {
+    let r = this.#at.get(id);
+    if (r === undefined) this.#at.set(id, (r = { t: [], tokens: [] }));
+    r.t.push(t);
+    r.tokens.push(tokens);
+    let drop = 0;
+    while (drop < r.t.length && r.t[drop] < t - RecentPicks.KEEP_S) drop++;
+    if (drop > 0) {
+      r.t.splice(0, drop);
+      r.tokens.splice(0, drop);
+    }
+  }
+
+  /** Uncached prompt tokens picked for `id` after time `since`. */
+  since(id: string, since: number): number {
+    const r = this.#at.get(id);
+    if (r === undefined) return 0;
+    let sum = 0;
+    for (let i = r.t.length - 1; i >= 0 && r.t[i] > since; i--) sum += r.tokens[i];
+    return sum;
+  }
+
+  retain(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#at.keys()]) if (!pool.has(id)) this.#at.delete(id);
   }
 }
 

@@ -4,6 +4,8 @@
  *   active-request-scorer  count ≤ idleThreshold → 1; else (maxCount − count)/maxCount · maxBusyScore
  *   token-load-scorer      1 − min(1, (inFlightTokens + this request's uncached tokens)/queueThresholdTokens)
  *   least-request-scorer   kvgate-only baseline: min-max over in-flight requests (fewest → 1, all equal → 1)
+ *   kv-pressure-scorer     kvgate-only: 1 − min(1, kvCacheUsagePercent + tokens picked since that scrape
+ *                          / KV capacity) — llm-d's kv-cache-utilization-scorer without the scrape lag
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -170,4 +172,51 @@ export const leastRequestSpec = spec({
   params: leastRequestParams,
   needs: inflightNeed,
   factory: (name, p) => new LeastRequestScorer(name, p),
+});
+
+export const kvPressureParams = z.strictObject({ inFlightLoadProducerName: producerParam });
+
+/**
+ * KV utilisation as of now, not as of the last scrape: the scraped kv_cache_usage_perc plus the
+ * uncached prompt tokens the gateway has sent the endpoint since then, over its KV capacity
+ * (vllm:cache_config_info's num_gpu_blocks × block_size; without it, the scraped value alone). With
+ * the scraped value alone every request of a scrape interval sees the same argmin and lands on it.
+ * No metrics → 0, as the metric scorers do.
+ */
+export class KvPressureScorer extends InflightScorer {
+  constructor(name: string, params: z.output<typeof kvPressureParams>) {
+    super("kv-pressure-scorer", name, params.inFlightLoadProducerName as string);
+  }
+
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
+    const info = this.info(cycle);
+    const out = this.out.get(endpoints.length);
+    for (let i = 0; i < endpoints.length; i++) {
+      const e = endpoints[i];
+      const m = e.metrics;
+      if (m === null) {
+        out[i] = 0;
+        continue;
+      }
+      const capacity = (m.cacheNumBlocks ?? 0) * (m.cacheBlockSize ?? 0);
+      const pending =
+        capacity > 0 && info.promptTokensPickedSince
+          ? info.promptTokensPickedSince(e.id, m.updateTime) / capacity
+          : 0;
+      out[i] = 1 - Math.min(1, m.kvCacheUsagePercent + pending);
+    }
+    return out;
+  }
+}
+
+export const kvPressureSpec = spec({
+  type: "kv-pressure-scorer",
+  stability: "stable",
+  kind: "scorer",
+  kvgateOnly: true,
+  summary:
+    "1 − KV utilisation, with the prompt tokens sent since the last scrape added (no scrape-lag herding).",
+  params: kvPressureParams,
+  needs: inflightNeed,
+  factory: (name, p) => new KvPressureScorer(name, p),
 });
