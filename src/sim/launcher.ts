@@ -82,7 +82,7 @@ function timeoutMessage(name: string, args: string[], pid: number | undefined, m
         : `; it got ${cpu.toFixed(1)} s of CPU in that time (still starting up: the machine is busy)`;
   return (
     `${name} (pid ${pid ?? "?"}, \`kvgate ${args.join(" ")}\`) did not print its "listening on http://..." ` +
-    `startup line on stdout within ${(ms / 1000).toFixed(0)} s (load average ${load.toFixed(1)} on ${cpus} CPUs${got}). ` +
+    `startup line on stdout within ${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s (load average ${load.toFixed(1)} on ${cpus} CPUs${got}). ` +
     `Its stderr: ${err.trim() || "(empty)"}.`
   );
 }
