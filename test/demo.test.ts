@@ -55,7 +55,8 @@ function runDemo(args: string[], onLine?: (line: string, kill: () => void) => vo
     for (const line of d.split("\n")) onLine?.(line, () => child.kill("SIGINT"));
   });
   child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  // Generous: replicas take tens of seconds to start on a loaded 2-core machine.
+  const timer = setTimeout(() => child.kill("SIGKILL"), 300_000);
   const done = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
     child.once("exit", (code, signal) => {
       clearTimeout(timer);
@@ -114,10 +115,11 @@ test("Ctrl-C in the kvgate phase stops the demo, its replicas and the gateway; i
   const run = runDemo(
     [
       ...TINY,
-      "--users",
-      "80",
-      "--requests",
-      "400",
+      // Long enough answers at a slower clock that the kvgate phase is still running when Ctrl-C comes.
+      "--time-scale",
+      "4",
+      "--output-len",
+      "300",
       "--no-predict",
       "--json",
       join(tmpdir(), `kvgate-demo-ctrlc-${process.pid}.json`),
