@@ -154,6 +154,7 @@ export function whereFrom(rr: RunResult, kv: RunResult): string {
     `so kvgate's replicas prefilled ${saved} prompt tokens (${mtok(b)} vs ${mtok(a)}); with that much less prefill queued ` +
     `ahead of each request, TTFT p50 went ${fmt(rr.ttft_p50_s, 3)} -> ${fmt(kv.ttft_p50_s, 3)} s and TPOT p50 ` +
     `${fmt((rr.tpot_p50_s ?? Number.NaN) * 1000, 1)} -> ${fmt((kv.tpot_p50_s ?? Number.NaN) * 1000, 1)} ms (steps spent on decoding), ` +
-    `and the same ${kv.completed} answers took ${fmt(kv.window_s, 1)} instead of ${fmt(rr.window_s, 1)} simulated s.`
+    `and the run took ${fmt(kv.window_s, 1)} instead of ${fmt(rr.window_s, 1)} simulated s ` +
+    `(${kv.completed} vs ${rr.completed} answers completed).`
   );
 }

@@ -127,6 +127,30 @@ async function startReplicas(o: DemoOptions, phase: string, timeoutMs: number): 
   return ok;
 }
 
+/**
+ * Waits until the gateway lists a model at /v1/models, i.e. it has scraped and admitted the
+ * replicas; before that it has nowhere to route (and the driver cannot learn the model name).
+ */
+async function gatewayReady(url: string, replicas: number, timeoutMs: number, hint: string): Promise<void> {
+  const t0 = performance.now();
+  let last = "no answer yet";
+  while (performance.now() - t0 < timeoutMs) {
+    try {
+      const res = await fetch(`${url}/v1/models`, { signal: AbortSignal.timeout(5000) });
+      const body = (await res.json()) as { data?: unknown[] };
+      if (res.ok && Array.isArray(body.data) && body.data.length > 0) return;
+      last = `HTTP ${res.status}, ${Array.isArray(body.data) ? body.data.length : "no"} models listed`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(
+    `the gateway at ${url} listed no model at /v1/models within ${(timeoutMs / 1000).toFixed(0)} s ` +
+      `(last: ${last}): it has not admitted any of the ${replicas} replicas, whose /metrics it must scrape first. ${hint}`,
+  );
+}
+
 async function lagOf(urls: string[]): Promise<number[]> {
   return Promise.all(
     urls.map(async (u) => {
@@ -173,6 +197,7 @@ async function phase(
       const gw = await spawnKvgate("gateway", args, { timeoutMs, hint: startHint(o, timeoutMs) });
       children.push(gw);
       targets = [gw.url];
+      await gatewayReady(gw.url, o.replicas, timeoutMs, startHint(o, timeoutMs));
     }
     o.log(
       `${router}: ${o.replicas} replicas ready after ${((performance.now() - w0) / 1000).toFixed(1)} s; ` +
@@ -272,7 +297,8 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
         ? ` The finished ${phases.map((p) => p.router).join(", ")} phase is kept in ${resolve(o.json)} and ${resolve(o.report)}.`
         : "";
       if (phases.length) writeOutputs(o, phases, predictions);
-      throw new DemoError(`the ${router} phase failed: ${(err as Error).message}${kept}`);
+      const msg = (err as Error).message.replace(/\.?\s*$/, ".");
+      throw new DemoError(`the ${router} phase failed: ${msg}${kept}`);
     }
     file = writeOutputs(o, phases, predictions);
   }
