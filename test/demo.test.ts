@@ -1,4 +1,7 @@
-/** `kvgate demo` end to end at a tiny scale: exits 0, writes both runs, and leaves no process behind. */
+/**
+ * `kvgate demo` end to end at a tiny scale: exits 0, writes both live runs and the simulator's
+ * two beside them, and leaves no process behind.
+ */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -12,12 +15,10 @@ import { KVGATE_BIN } from "../src/sim/launcher.ts";
 const TINY = [
   "--replicas",
   "2",
+  "--users",
+  "6",
   "--requests",
   "24",
-  "--warmup",
-  "6",
-  "--rate",
-  "20",
   "--time-scale",
   "20",
   "--output-len",
@@ -54,7 +55,8 @@ function runDemo(args: string[], onLine?: (line: string, kill: () => void) => vo
     for (const line of d.split("\n")) onLine?.(line, () => child.kill("SIGINT"));
   });
   child.stderr.setEncoding("utf8").on("data", (d: string) => (err += d));
-  const timer = setTimeout(() => child.kill("SIGKILL"), 120_000);
+  // Generous: replicas take tens of seconds to start on a loaded 2-core machine.
+  const timer = setTimeout(() => child.kill("SIGKILL"), 300_000);
   const done = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
     child.once("exit", (code, signal) => {
       clearTimeout(timer);
@@ -82,7 +84,10 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
     const run = runDemo([...TINY, "--json", json, "--report", report]);
     const { code } = await run.done;
     assert.equal(code, 0, `demo failed: ${run.err()}`);
-    assert.match(run.out(), /kvgate vs round-robin: output tokens\/s/);
+    assert.match(run.out(), /kvgate vs round-robin, live: +output tokens\/s/);
+    assert.match(run.out(), /kvgate vs round-robin, simulated: output tokens\/s/);
+    assert.match(run.out(), /live vs simulated \(round-robin \/ kvgate\): output tokens\/s/);
+    assert.match(run.out(), /where the gain comes from: prefix-cache hit rate/);
     assert.ok(run.out().includes(`report: ${report}`), "prints the report's path");
     const html = readFileSync(report, "utf8");
     assert.match(html, /<svg/);
@@ -91,10 +96,11 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
     assert.equal(file.simulated, true);
     assert.deepEqual(
       file.runs.map((r) => r.router),
-      ["round-robin", "kvgate"],
+      ["round-robin", "kvgate", "round-robin (kvgate simulate)", "kvgate (kvgate simulate)"],
     );
     for (const r of file.runs) {
-      assert.equal(r.requests, 24, "only the measured stage counts");
+      assert.equal(r.requests, 24, r.router);
+      assert.equal((r.workload as { preset?: string }).preset, "tutorial");
       assert.equal(r.errors, 0);
       assert.ok((r.output_tokens_per_s ?? 0) > 0);
     }
@@ -107,7 +113,19 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
 test("Ctrl-C in the kvgate phase stops the demo, its replicas and the gateway; it still exits 0", async () => {
   let sent = false;
   const run = runDemo(
-    [...TINY, "--requests", "400", "--report", join(tmpdir(), "kvgate-demo-ctrlc.html")],
+    [
+      ...TINY,
+      // Long enough answers at a slower clock that the kvgate phase is still running when Ctrl-C comes.
+      "--time-scale",
+      "4",
+      "--output-len",
+      "300",
+      "--no-predict",
+      "--json",
+      join(tmpdir(), `kvgate-demo-ctrlc-${process.pid}.json`),
+      "--report",
+      join(tmpdir(), `kvgate-demo-ctrlc-${process.pid}.html`),
+    ],
     (line, kill) => {
       if (!sent && line.startsWith("kvgate:") && line.includes("replicas ready")) {
         sent = true;

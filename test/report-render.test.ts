@@ -103,13 +103,13 @@ test("one inline SVG per chart: load lines, per-replica bars, latency CDFs", () 
 test("warm-up stages are left out of the load points, which sort by offered rate", () => {
   const { markdown } = renderReport([input("sweep.json", sweepFile())]);
   const rows = mdTable(markdown, "## Throughput and TTFT p90 by offered load");
-  assert.deepEqual(rows[0], ["run", "stage", "offered QPS", "achieved QPS", "output tok/s", "TTFT p90 (ms)"]);
+  assert.deepEqual(rows[0], ["run", "stage", "offered req/s", "req/s", "output tok/s", "TTFT p90 (ms)"]);
   const kv = rows.filter((r) => r[0] === "kvgate");
   assert.deepEqual(
     kv.map((r) => r[1]),
     ["1", "2", "3", "4", "5"],
   );
-  assert.deepEqual(kv[0], ["kvgate", "1", "4.00", "3.92", "256", "227"]);
+  assert.deepEqual(kv[0], ["kvgate", "1", "4.00", "4.00", "256", "227"]);
 });
 
 test("router names are escaped in HTML and Markdown", () => {
@@ -183,7 +183,7 @@ test("several files merge: a table each, runs told apart by file, mixed units fl
   assert.equal(html.split("<svg").length - 1, 4);
   assert.match(
     html,
-    /No run has more than one measured stage.*\(kvgate \(a\.json\): 24, round-robin: 24, kvgate \(b\.json\): 24\)/,
+    /No run has more than one measured stage.*offered load: kvgate \(a\.json\): 24\.00, round-robin: 24\.00, kvgate \(b\.json\): 24\.00\./,
   );
   assert.match(html, /No run carries per-replica figures/);
 });
@@ -207,7 +207,7 @@ test("a run with no successful request shows dashes and draws no point", () => {
     stage: null,
     offered: 24,
     offeredKind: "arrival",
-    achieved: null,
+    requestsPerS: null,
     outputTokensPerS: null,
     ttftP90S: null,
   });

@@ -1,39 +1,51 @@
 /**
- * The one-command demo (`npm start` = `kvgate demo`): 8 simulated replicas as separate processes, the
- * tutorial workload's shape (150 users, each with a 6,000-token system prompt, 1,000-token questions,
- * KV pressure across the fleet) time-scaled and shortened to run in about two minutes on 2 cores,
- * first through client-side round-robin, then through kvgate, printed side by side. Each phase gets
- * fresh replicas so neither inherits the other's cache. Every child process is stopped on the way
- * out, also on Ctrl-C.
+ * The one-command demo (`npm start` = `kvgate demo`): the tutorial workload (preset `tutorial`:
+ * 150 closed-loop users, each with its own 6,000-token system prompt, asking 1,000-token questions
+ * for 1,000-token answers) against 8 simulated replicas run as separate processes, time-scaled to
+ * fit a few minutes, first through client-side round-robin, then through kvgate. Beside the live
+ * figures it prints what the fleet simulator predicts for the same fleet, workload and seed.
+ *
+ * Each phase gets fresh replicas so neither inherits the other's cache. The results file is
+ * rewritten after every phase, so a finished phase survives a later failure. Every child process
+ * is stopped on the way out, also on Ctrl-C.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parsePromText, sumOf } from "../datalayer/prom-text.ts";
-import { type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { adaptiveStartTimeoutMs, type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { type DemoPhase, demoSummary } from "./demo-format.ts";
+import { type Prediction, predict } from "./demo-predict.ts";
 import { runBench } from "./driver.ts";
-import { formatProgress, table } from "./format.ts";
+import { formatProgress } from "./format.ts";
 import { renderReport } from "./report/report.ts";
 import { type ResultsFile, type RunResult, resultsFile } from "./results.ts";
 import { buildRun } from "./run.ts";
 import { KVGATE_VERSION } from "./version.ts";
-import { generateWorkload, resolveWorkloadSpec, type WorkloadSpecInput } from "./workloads/spec.ts";
+import { generateWorkload, resolveWorkloadSpec, type WorkloadSpec } from "./workloads/spec.ts";
+import type { Workload } from "./workloads/types.ts";
+
+export type { DemoPhase } from "./demo-format.ts";
 
 export interface DemoOptions {
   replicas: number;
   /** Simulated seconds per wall second of every replica. */
   timeScale: number;
-  /** Measured requests per phase, after the warm-up. */
+  /** Closed-loop users, each with its own system prompt (the tutorial's 150). */
+  users: number;
+  /** Requests in all (the tutorial's 750: 5 questions per user). */
   requests: number;
-  /** Warm-up requests per phase (not measured); the measured stage starts once they drain. */
-  warmup: number;
-  /** Offered load, requests per simulated second (Poisson). */
-  rate: number;
+  /** Tokens per answer (the tutorial's 1,000). */
   outputLen: number;
-  /** KV blocks per replica (16 tokens each). */
-  blocksPerReplica: number;
+  /** KV blocks per replica incl. the null block (--num-gpu-blocks-override); default: the profile's. */
+  blocksPerReplica?: number;
   profile: string;
   seed: number;
-  json?: string;
+  /** Start timeout of each child process, ms; default: adapted to the machine's load. */
+  startTimeoutMs?: number;
+  /** Skip the in-process fleet simulation. */
+  predict: boolean;
+  /** The results file (rewritten after each phase). */
+  json: string;
   /** Where the HTML report goes. */
   report: string;
   log: (line: string) => void;
@@ -42,53 +54,48 @@ export interface DemoOptions {
 
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
-  timeScale: 1,
-  requests: 1200,
-  warmup: 300,
-  rate: 50,
-  outputLen: 64,
-  blocksPerReplica: 19208,
+  timeScale: 2,
+  users: 150,
+  requests: 750,
+  outputLen: 1000,
   profile: "qwen3-32b-tp2-h100",
   seed: 42,
+  predict: true,
+  json: "results/demo.json",
   report: "results/demo-report.html",
 };
 
-export interface DemoPhase {
-  router: string;
-  run: RunResult;
-  /** Max simulated seconds each replica's delivery ran behind its modelled timeline. */
-  replicaLagMaxS: number[];
+/** Room for the tutorial's 8,000-token requests; also lets a small --blocks fleet start. */
+export const DEMO_MAX_MODEL_LEN = 16384;
+
+/** A phase that did not finish; `kept` says what of the run was written anyway. */
+export class DemoError extends Error {
+  override name = "DemoError";
 }
 
-function workloadSpec(o: Omit<DemoOptions, "log">): WorkloadSpecInput {
-  return {
-    workload: "shared-prefix",
+/** The tutorial preset, scaled only where the options differ from it. */
+export function demoWorkloadSpec(o: Omit<DemoOptions, "log">): WorkloadSpec {
+  return resolveWorkloadSpec({
+    preset: "tutorial",
     seed: o.seed,
-    options: {
-      numGroups: 150,
-      promptsPerGroup: 5,
-      systemPromptLen: 6000,
-      questionLen: 1000,
-      outputLen: o.outputLen,
-      api: "completion",
-      order: "permuted",
-    },
-    // A warm-up stage (excluded from the figures, as llm-d's runs have), then the measured stage once
-    // the warm-up has drained, so both routers are measured on warm caches and empty queues.
-    arrival: {
-      type: "stages",
-      process: "poisson",
-      barrier: true,
-      interval: 0,
-      stages: [
-        { rate: o.rate, duration: o.warmup / o.rate, warmup: true },
-        { rate: o.rate, duration: o.requests / o.rate },
-      ],
-    },
-  };
+    numRequests: o.requests,
+    options: { numGroups: o.users, outputLen: o.outputLen },
+    arrival: { type: "closed", users: o.users, thinkTime: 0 },
+  });
 }
 
-async function startReplicas(o: DemoOptions, phase: string): Promise<Child[]> {
+/** The gateway scrapes every 100 simulated ms, as the simulator's scenarios do. */
+const scrapeIntervalWallMs = (o: { timeScale: number }) => Math.max(5, Math.round(100 / o.timeScale));
+
+function startHint(o: DemoOptions, timeoutMs: number): string {
+  const next = Math.ceil((timeoutMs * 3) / 1000);
+  return (
+    `What to do: the machine is too busy to start ${o.replicas} replicas in time; re-run with ` +
+    `--start-timeout ${next} (seconds), or with fewer --replicas, or when the machine is less loaded.`
+  );
+}
+
+async function startReplicas(o: DemoOptions, phase: string, timeoutMs: number): Promise<Child[]> {
   const args = (i: number) => [
     "sim-replica",
     "--host",
@@ -99,15 +106,48 @@ async function startReplicas(o: DemoOptions, phase: string): Promise<Child[]> {
     o.profile,
     "--time-scale",
     String(o.timeScale),
-    "--num-gpu-blocks-override",
-    String(o.blocksPerReplica),
+    ...(o.blocksPerReplica !== undefined ? ["--num-gpu-blocks-override", String(o.blocksPerReplica)] : []),
     "--max-model-len",
-    "16384",
+    String(DEMO_MAX_MODEL_LEN),
     "--seed",
     String(o.seed + i),
   ];
-  return Promise.all(
-    Array.from({ length: o.replicas }, (_, i) => spawnKvgate(`${phase} replica ${i}`, args(i))),
+  const hint = startHint(o, timeoutMs);
+  const started = await Promise.allSettled(
+    Array.from({ length: o.replicas }, (_, i) =>
+      spawnKvgate(`${phase} replica ${i}`, args(i), { timeoutMs, hint }),
+    ),
+  );
+  const ok = started.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
+  const failed = started.find((s) => s.status === "rejected");
+  if (failed) {
+    await stopAll(ok);
+    throw failed.reason;
+  }
+  return ok;
+}
+
+/**
+ * Waits until the gateway lists a model at /v1/models, i.e. it has scraped and admitted the
+ * replicas; before that it has nowhere to route (and the driver cannot learn the model name).
+ */
+async function gatewayReady(url: string, replicas: number, timeoutMs: number, hint: string): Promise<void> {
+  const t0 = performance.now();
+  let last = "no answer yet";
+  while (performance.now() - t0 < timeoutMs) {
+    try {
+      const res = await fetch(`${url}/v1/models`, { signal: AbortSignal.timeout(5000) });
+      const body = (await res.json()) as { data?: unknown[] };
+      if (res.ok && Array.isArray(body.data) && body.data.length > 0) return;
+      last = `HTTP ${res.status}, ${Array.isArray(body.data) ? body.data.length : "no"} models listed`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(
+    `the gateway at ${url} listed no model at /v1/models within ${(timeoutMs / 1000).toFixed(0)} s ` +
+      `(last: ${last}): it has not admitted any of the ${replicas} replicas, whose /metrics it must scrape first. ${hint}`,
   );
 }
 
@@ -125,16 +165,23 @@ async function lagOf(urls: string[]): Promise<number[]> {
   );
 }
 
-async function phase(o: DemoOptions, router: "round-robin" | "kvgate"): Promise<DemoPhase> {
+async function phase(
+  o: DemoOptions,
+  router: "round-robin" | "kvgate",
+  spec: WorkloadSpec,
+  workload: Workload,
+): Promise<DemoPhase> {
   const children: Child[] = [];
   const stop = () => stopAll(children);
   o.signal?.addEventListener("abort", () => void stop(), { once: true });
+  const timeoutMs = o.startTimeoutMs ?? adaptiveStartTimeoutMs();
+  const w0 = performance.now();
   try {
-    children.push(...(await startReplicas(o, router)));
+    children.push(...(await startReplicas(o, router, timeoutMs)));
     const urls = children.map((c) => c.url);
     let targets = urls;
     if (router === "kvgate") {
-      const gw = await spawnKvgate("gateway", [
+      const args = [
         "serve",
         "--host",
         "127.0.0.1",
@@ -142,24 +189,27 @@ async function phase(o: DemoOptions, router: "round-robin" | "kvgate"): Promise<
         "0",
         "--admin-port",
         "0",
+        "--scrape-interval-ms",
+        String(scrapeIntervalWallMs(o)),
         "--endpoints",
         urls.map((u) => new URL(u).host).join(","),
-      ]);
+      ];
+      const gw = await spawnKvgate("gateway", args, { timeoutMs, hint: startHint(o, timeoutMs) });
       children.push(gw);
       targets = [gw.url];
+      await gatewayReady(gw.url, o.replicas, timeoutMs, startHint(o, timeoutMs));
     }
-    const spec = resolveWorkloadSpec(workloadSpec(o));
-    const workload = generateWorkload(spec);
     o.log(
-      `${router}: ${o.replicas} replicas ready; ${o.warmup} warm-up then ${o.requests} measured requests at ${o.rate}/s (simulated)`,
+      `${router}: ${o.replicas} replicas ready after ${((performance.now() - w0) / 1000).toFixed(1)} s; ` +
+        `${workload.requests.length} requests from ${o.users} closed-loop users`,
     );
     const result = await runBench(workload, {
       targets,
       timeScale: o.timeScale,
       metricsEndpoints: urls,
-      maxDuration: 900,
-      progressIntervalMs: 5000,
-      onProgress: (p) => o.log(`  ${router}: ${formatProgress(p, "sim s")}`),
+      maxDuration: 3600,
+      progressIntervalMs: 10_000,
+      onProgress: (p) => o.log(`  ${router}: ${formatProgress(p, " sim s")}`),
       signal: o.signal,
     });
     const run = buildRun(spec, workload, result, {
@@ -167,65 +217,94 @@ async function phase(o: DemoOptions, router: "round-robin" | "kvgate"): Promise<
       timeScale: o.timeScale,
       target: { mode: router === "kvgate" ? "single" : "round-robin", urls: targets },
     });
-    return { router, run, replicaLagMaxS: await lagOf(urls) };
+    const replicaLagMaxS = await lagOf(urls);
+    return {
+      router,
+      run,
+      records: result.records,
+      replicaLagMaxS,
+      wallSeconds: (performance.now() - w0) / 1000,
+    };
   } finally {
     await stop();
   }
 }
 
-function fmt(x: number | null | undefined, digits = 2): string {
-  return x === null || x === undefined || Number.isNaN(x) ? "—" : x.toFixed(digits);
-}
-
-export function sideBySide(a: DemoPhase, b: DemoPhase): string {
-  const rows: [string, (p: DemoPhase) => string][] = [
-    ["requests ok / errors", (p) => `${p.run.requests - p.run.errors} / ${p.run.errors}`],
-    ["output tokens/s", (p) => fmt(p.run.output_tokens_per_s, 0)],
-    ["total tokens/s", (p) => fmt(p.run.total_tokens_per_s, 0)],
-    ["TTFT p50 (s)", (p) => fmt(p.run.ttft_p50_s, 3)],
-    ["TTFT p90 (s)", (p) => fmt(p.run.ttft_p90_s, 3)],
-    ["TTFT p99 (s)", (p) => fmt(p.run.ttft_p99_s, 3)],
-    ["TPOT p50 (s)", (p) => fmt(p.run.tpot_p50_s, 4)],
-    ["e2e p50 (s)", (p) => fmt(p.run.e2e_p50_s, 2)],
-    [
-      "prefix-cache hit rate",
-      (p) =>
-        p.run.prefix_cache_hit_rate == null ? "—" : `${(p.run.prefix_cache_hit_rate * 100).toFixed(1)}%`,
-    ],
-    ["max replica lag (sim s)", (p) => fmt(Math.max(...p.replicaLagMaxS), 3)],
+/** The results file: the live runs, then the simulator's (router "<name> (kvgate simulate)"). */
+export function demoResultsFile(phases: DemoPhase[], predictions: Prediction[]): ResultsFile {
+  const runs: RunResult[] = [
+    ...phases.map((p) => ({ ...p.run, source: "live", replica_lag_max_s: p.replicaLagMaxS })),
+    ...predictions.map((p) => ({
+      ...p.run,
+      router: `${p.router} (kvgate simulate)`,
+      source: "kvgate simulate",
+    })),
   ];
-  const ratio = (x: number | null, y: number | null) => (x && y ? `${(x / y).toFixed(2)}x` : "—");
-  const out = table(
-    ["", a.router, b.router],
-    rows.map(([name, f]) => [name, f(a), f(b)]),
-  );
-  return `${out}\nkvgate vs round-robin: output tokens/s ${ratio(b.run.output_tokens_per_s, a.run.output_tokens_per_s)}, TTFT p90 ${ratio(a.run.ttft_p90_s, b.run.ttft_p90_s)} better`;
+  return resultsFile(runs, {
+    kvgateVersion: KVGATE_VERSION,
+    created: new Date().toISOString(),
+    simulated: true,
+  });
 }
 
-export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; file: ResultsFile }> {
-  o.log(
-    `kvgate demo (simulated): ${o.replicas} x ${o.profile} replicas at ${o.timeScale}x, ${o.blocksPerReplica} KV blocks each; ` +
-      `150 users x 6,000-token system prompts, 1,000-token questions, ${o.outputLen}-token answers`,
+function writeOutputs(o: DemoOptions, phases: DemoPhase[], predictions: Prediction[]): ResultsFile {
+  const file = demoResultsFile(phases, predictions);
+  const json = resolve(o.json);
+  mkdirSync(dirname(json), { recursive: true });
+  writeFileSync(json, `${JSON.stringify(file, null, 2)}\n`);
+  const html = resolve(o.report);
+  mkdirSync(dirname(html), { recursive: true });
+  writeFileSync(
+    html,
+    renderReport([{ name: o.json, file }], { title: "kvgate demo (simulated)", madeBy: "kvgate demo" }).html,
   );
+  return file;
+}
+
+export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; file: ResultsFile | null }> {
+  const t0 = performance.now();
+  const spec = demoWorkloadSpec(o);
+  const workload = generateWorkload(spec);
+  o.log(
+    `kvgate demo (simulated): ${o.replicas} x ${o.profile} replicas at ${o.timeScale}x real time; ` +
+      `workload preset tutorial: ${o.users} users x 6,000-token system prompts, 1,000-token questions, ` +
+      `${o.outputLen.toLocaleString("en-US")}-token answers, ${workload.requests.length} requests`,
+  );
+  let predictions: Prediction[] = [];
+  if (o.predict) {
+    predictions = await predict(spec, workload, {
+      replicas: o.replicas,
+      profile: o.profile,
+      numGpuBlocks: o.blocksPerReplica,
+      maxModelLen: DEMO_MAX_MODEL_LEN,
+      scrapeIntervalS: (scrapeIntervalWallMs(o) * o.timeScale) / 1000,
+    });
+    o.log(
+      `kvgate simulate (in-process, same fleet, workload and seed): done in ${predictions
+        .reduce((a, p) => a + p.wallSeconds, 0)
+        .toFixed(1)} s`,
+    );
+  }
   const phases: DemoPhase[] = [];
+  let file: ResultsFile | null = null;
   for (const router of ["round-robin", "kvgate"] as const) {
     if (o.signal?.aborted) break;
-    phases.push(await phase(o, router));
+    try {
+      phases.push(await phase(o, router, spec, workload));
+    } catch (err) {
+      if (o.signal?.aborted) break;
+      const kept = phases.length
+        ? ` The finished ${phases.map((p) => p.router).join(", ")} phase is kept in ${resolve(o.json)} and ${resolve(o.report)}.`
+        : "";
+      if (phases.length) writeOutputs(o, phases, predictions);
+      const msg = (err as Error).message.replace(/\.?\s*$/, ".");
+      throw new DemoError(`the ${router} phase failed: ${msg}${kept}`);
+    }
+    file = writeOutputs(o, phases, predictions);
   }
-  const file: ResultsFile = resultsFile(
-    phases.map((p) => ({ ...p.run, replica_lag_max_s: p.replicaLagMaxS })),
-    { kvgateVersion: KVGATE_VERSION, created: new Date().toISOString(), simulated: true },
-  );
-  if (o.json) writeFileSync(resolve(o.json), `${JSON.stringify(file, null, 2)}\n`);
-  if (phases.length === 2) {
-    o.log(`\n${sideBySide(phases[0], phases[1])}`);
-    const out = resolve(o.report);
-    mkdirSync(dirname(out), { recursive: true });
-    writeFileSync(
-      out,
-      renderReport([{ name: "kvgate demo", file }], { title: "kvgate demo (simulated)" }).html,
-    );
-    o.log(`report: ${out}`);
-  }
+  if (phases.length === 2)
+    o.log(`\n${demoSummary(phases, predictions, workload, { timeScale: o.timeScale })}`);
+  if (file) o.log(`results: ${resolve(o.json)}\nreport: ${resolve(o.report)}`);
+  o.log(`wall time ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   return { phases, file };
 }

@@ -1,6 +1,8 @@
 /**
- * `kvgate demo` (what `npm start` runs): round-robin against kvgate on simulated replicas, side by
- * side. Ctrl-C stops the run and every child process; the command still exits 0.
+ * `kvgate demo` (what `npm start` runs): round-robin against kvgate on simulated replicas under the
+ * tutorial workload, side by side, with the fleet simulator's prediction beside them. Ctrl-C stops
+ * the run and every child process and exits 0; a failed phase exits 1 with a message that says
+ * what to do, after writing whatever phase finished.
  */
 import { type Command, InvalidArgumentError } from "commander";
 import { DEMO_DEFAULTS, runDemo } from "../bench/demo.ts";
@@ -19,23 +21,27 @@ export function registerDemo(program: Command): void {
   program
     .command("demo")
     .description(
-      "Run simulated vLLM replicas under the tutorial workload's shape, first through client-side round-robin, then through kvgate, and print both side by side (simulated figures).",
+      "Run simulated vLLM replicas under the tutorial workload (150 users, 6,000-token system prompts, 1,000-token questions and answers), first through client-side round-robin, then through kvgate; print both side by side with what kvgate simulate predicts (simulated figures).",
     )
     .option("--replicas <n>", "replica processes", num("--replicas", true), d.replicas)
     .option("--time-scale <x>", "simulated seconds per wall second", num("--time-scale", false), d.timeScale)
-    .option("--requests <n>", "requests per phase", num("--requests", true), d.requests)
-    .option("--warmup <n>", "warm-up requests per phase (not measured)", num("--warmup", true), d.warmup)
-    .option("--rate <qps>", "offered load, requests per simulated second", num("--rate", false), d.rate)
+    .option("--users <n>", "closed-loop users, one system prompt each", num("--users", true), d.users)
+    .option("--requests <n>", "requests in all (5 questions per user)", num("--requests", true), d.requests)
     .option("--output-len <n>", "tokens per answer", num("--output-len", true), d.outputLen)
     .option(
       "--blocks <n>",
-      "KV blocks per replica (16 tokens each)",
+      "KV blocks per replica, 16 tokens each, incl. the null block (default: the profile's)",
       num("--blocks", true),
-      d.blocksPerReplica,
     )
     .option("--profile <name>", "replica hardware/model profile", d.profile)
     .option("--seed <n>", "workload seed", num("--seed", true), d.seed)
-    .option("--json <file>", "also write the results (routers round-robin and kvgate) as JSON")
+    .option(
+      "--start-timeout <s>",
+      "seconds each replica and the gateway may take to start (default: 60 s stretched by the load average per CPU)",
+      num("--start-timeout", false),
+    )
+    .option("--no-predict", "skip the in-process fleet simulation beside the live runs")
+    .option("--json <file>", "results file, rewritten after each phase", d.json)
     .option("--report <file>", "where to write the HTML report", d.report)
     .action(async (f) => {
       const ac = new AbortController();
@@ -49,20 +55,25 @@ export function registerDemo(program: Command): void {
         await runDemo({
           replicas: f.replicas,
           timeScale: f.timeScale,
+          users: f.users,
           requests: f.requests,
-          warmup: f.warmup,
-          rate: f.rate,
           outputLen: f.outputLen,
           blocksPerReplica: f.blocks,
           profile: f.profile,
           seed: f.seed,
+          startTimeoutMs: f.startTimeout === undefined ? undefined : f.startTimeout * 1000,
+          predict: f.predict,
           json: f.json,
           report: f.report,
           log: (line) => console.log(line),
           signal: ac.signal,
         });
       } catch (err) {
-        if (!ac.signal.aborted) throw err;
+        if (!ac.signal.aborted) {
+          console.error(`kvgate demo: ${(err as Error).message}`);
+          if (process.env.KVGATE_DEBUG) console.error((err as Error).stack);
+          process.exitCode = 1;
+        }
       } finally {
         process.off("SIGINT", onSignal);
         process.off("SIGTERM", onSignal);

@@ -47,6 +47,19 @@ export interface BarChartSpec {
   /** Colour each bar by its category (one series, one bar per run) and hide the legend. */
   colorByCategory?: string[];
   yMax?: number;
+  /** Print each bar's value on it, formatted so. */
+  valueLabel?: (v: number) => string;
+  /**
+   * Use a log y axis when the largest positive value is at least this many times the smallest,
+   * so a small bar beside a tall one stays visible (the axis name then says "log scale").
+   */
+  logWhenSpread?: number;
+}
+
+/** Whether values spread by at least `factor` (largest / smallest positive). */
+export function spreadAtLeast(values: ReadonlyArray<number | null>, factor: number): boolean {
+  const pos = values.filter((v): v is number => v !== null && v > 0);
+  return pos.length >= 2 && Math.max(...pos) >= factor * Math.min(...pos);
 }
 
 /** echarts measures text (legend layout) with sans-serif metrics; render with the same family. */
@@ -134,6 +147,20 @@ export function lineChart(spec: LineChartSpec, width = CHART_WIDTH, height = CHA
 
 export function barChart(spec: BarChartSpec, width = CHART_WIDTH, height = CHART_HEIGHT): string {
   const byCat = spec.colorByCategory;
+  const log =
+    spec.logWhenSpread !== undefined &&
+    spreadAtLeast(
+      spec.series.flatMap((s) => s.values),
+      spec.logWhenSpread,
+    );
+  const fmt = spec.valueLabel;
+  const yAxis = log
+    ? {
+        ...valueAxis(`${spec.yName}, log scale`, { type: "log", logBase: 10 }),
+        nameLocation: "end" as const,
+        nameGap: 14,
+      }
+    : { ...valueAxis(spec.yName, { min: 0, max: spec.yMax }), nameLocation: "end" as const, nameGap: 14 };
   const option: EChartsOption = {
     ...base(byCat ? [] : spec.series.map((s) => s.name)),
     xAxis: {
@@ -144,12 +171,23 @@ export function barChart(spec: BarChartSpec, width = CHART_WIDTH, height = CHART
       nameGap: 26,
       axisLabel: { fontSize: 11, interval: 0, overflow: "truncate", width: 110 },
     },
-    yAxis: { ...valueAxis(spec.yName, { min: 0, max: spec.yMax }), nameLocation: "end", nameGap: 14 },
+    yAxis: yAxis as EChartsOption["yAxis"],
     series: spec.series.map((s) => ({
       type: "bar",
       name: s.name,
       color: s.color,
       barMaxWidth: 48,
+      ...(fmt
+        ? {
+            label: {
+              show: true,
+              position: "top",
+              fontSize: 11,
+              color: "#222",
+              formatter: (p: { value: unknown }) => (typeof p.value === "number" ? fmt(p.value) : ""),
+            },
+          }
+        : {}),
       data: s.values.map((v, i) =>
         byCat ? { value: v ?? "-", itemStyle: { color: byCat[i % byCat.length] } } : (v ?? "-"),
       ),

@@ -35,7 +35,8 @@ const col = (header: string, cell: (r: RunResult) => string): Column => ({ heade
 /**
  * The summary table's columns for a set of runs: fleet columns only when some run has fleet
  * figures, goodput only when some run has an SLO. The first column (router) is added by callers,
- * which know the run's display name.
+ * which know the run's display name. "req/s" is completed requests and "output tok/s" output
+ * tokens over the run's window (first send to last stream end of its measured requests).
  */
 export function summaryColumns(runs: readonly RunResult[]): Column[] {
   const cols: Column[] = [

@@ -4,12 +4,13 @@
  * text from the results files (router names, file names, addresses) is escaped. Pure.
  */
 import { barChart, type LineSeries, lineChart } from "./charts.ts";
-import type { Cdf, ReportModel, RunView } from "./model.ts";
-import { unitWords } from "./model.ts";
+import { type Cdf, loadX, offeredText, type ReportModel, type RunView, unitWords } from "./model.ts";
 import { latencyTable, loadTable, replicaTable, summaryTable, type Table } from "./tables.ts";
 
 export interface HtmlOptions {
   title: string;
+  /** What made the page, for the footer (default "kvgate report"). */
+  madeBy?: string;
   /** Shown in the footer. */
   version: string;
 }
@@ -30,6 +31,9 @@ export function tableHtml(t: Table, cls = ""): string {
   const body = t.rows.map((r) => `<tr>${r.map((v, i) => cell("td", i, v)).join("")}</tr>`).join("\n");
   return `<div class="scroll"><table${cls ? ` class="${cls}"` : ""}>\n<thead>${head}</thead>\n<tbody>\n${body}\n</tbody>\n</table></div>`;
 }
+
+/** Seconds on a bar: three significant digits ("0.161 s", "21.9 s"). */
+const secondsLabel = (x: number): string => `${+x.toPrecision(3)} s`;
 
 const figure = (title: string, svg: string, note?: string) =>
   `<figure><figcaption>${escapeHtml(title)}</figcaption>${svg}${note ? `<p class="note">${escapeHtml(note)}</p>` : ""}</figure>`;
@@ -80,11 +84,12 @@ function loadSection(m: ReportModel): string {
         color: r.color,
         points: r.load.flatMap((pt) => {
           const v = y(pt);
-          return v === null ? [] : [[pt.offered, v] as [number, number]];
+          const x = loadX(pt);
+          return v === null || x === null ? [] : [[x, v] as [number, number]];
         }),
       }));
     const note =
-      "One point per measured stage at its offered rate (warm-up stages left out); a run without stages is one point at its arrival rate.";
+      "One point per measured stage at its offered rate (warm-up stages left out); a run without a sweep is one point with its own figures, at its arrival rate (a closed loop, which offers no rate, at its req/s).";
     charts =
       figure(
         "Output throughput against offered load",
@@ -109,26 +114,38 @@ function loadSection(m: ReportModel): string {
         note,
       );
   } else {
-    const bar = (title: string, yName: string, v: (r: RunView) => number | null) =>
+    const bar = (
+      title: string,
+      yName: string,
+      v: (r: RunView) => number | null,
+      label: (x: number) => string,
+    ) =>
       barChart({
         title,
         categories: runs.map((r) => r.label),
         yName,
         series: [{ name: yName, color: runs[0].color, values: runs.map(v) }],
         colorByCategory: runs.map((r) => r.color),
+        valueLabel: label,
+        logWhenSpread: 20,
       });
-    const note = `No run has more than one measured stage, so there is no load sweep: one bar per run at its offered QPS (${runs
-      .map((r) => `${r.label}: ${+r.load[0].offered.toFixed(2)}`)
-      .join(", ")}).`;
+    const note = `No run has more than one measured stage, so there is no load sweep: one bar per run with its own figures (the summary's), each bar labelled with its value; offered load: ${runs
+      .map((r) => `${r.label}: ${offeredText(r.load[0])}`)
+      .join(", ")}.`;
     charts =
       figure(
         "Output throughput per run",
-        bar("Output tokens/s per run", "output tokens/s", (r) => r.load[0].outputTokensPerS),
+        bar(
+          "Output tokens/s per run",
+          "output tokens/s",
+          (r) => r.load[0].outputTokensPerS,
+          (x) => x.toFixed(0),
+        ),
         note,
       ) +
       figure(
         "TTFT p90 per run",
-        bar("TTFT p90 per run", `TTFT p90 (${u.seconds})`, (r) => r.load[0].ttftP90S),
+        bar("TTFT p90 per run", `TTFT p90 (${u.seconds})`, (r) => r.load[0].ttftP90S, secondsLabel),
         note,
       );
   }
@@ -256,7 +273,7 @@ ${summaries}
 ${loadSection(m)}
 ${fleetSection(m)}
 ${cdfSection(m)}
-<footer>${escapeHtml(`Made by kvgate report ${o.version} from ${m.files.length} results file${m.files.length === 1 ? "" : "s"}. Self-contained: no scripts, fonts or other resources are loaded.`)}</footer>
+<footer>${escapeHtml(`Made by ${o.madeBy ?? "kvgate report"} ${o.version} from ${m.files.length} results file${m.files.length === 1 ? ` (${m.files[0].name})` : "s"}. Self-contained: no scripts, fonts or other resources are loaded.`)}</footer>
 </main>
 </body>
 </html>

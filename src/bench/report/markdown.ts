@@ -48,7 +48,7 @@ export function renderMarkdown(m: ReportModel, o: { title: string }): string {
       "",
       "## Throughput and TTFT p90 by offered load",
       "",
-      "Warm-up stages left out; a run without stages is one row at its arrival rate.",
+      "Warm-up stages left out; a run without a sweep is one row with its own figures (the summary's). req/s: completed requests per second over the window; a closed loop offers no rate.",
       "",
       tableMarkdown(load),
     );

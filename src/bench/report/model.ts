@@ -1,7 +1,7 @@
 /**
  * What `kvgate report` shows, derived from one or more validated results files, pure: a unique
- * display name and colour per run, the points of the load charts (one per measured stage, or one
- * at the run's offered rate), per-replica fleet rows, and latency CDFs (from `ttft_cdf`/`e2e_cdf`
+ * display name and colour per run, the points of the load charts (one per measured stage of a
+ * sweep, else one with the run's own figures), per-replica fleet rows, and latency CDFs (from `ttft_cdf`/`e2e_cdf`
  * when a run carries them, else from its p50/p90/p99).
  */
 import { type ResultsFile, ResultsFileError, type RunResult } from "../results.ts";
@@ -18,13 +18,22 @@ export interface Cdf {
   exact: boolean;
 }
 
+/**
+ * One point of the load charts. Throughput has one definition everywhere in the report, the run's
+ * (or stage's) own: `req/s` = completed requests / window, `output tok/s` = output tokens / window.
+ * A run with at most one measured stage is one point carrying the run's own figures (the same
+ * numbers as the summary table); a sweep has one point per measured stage, over the stage's window.
+ */
 export interface LoadPoint {
-  /** Stage index, or null for a run without stages. */
+  /** Stage index, or null for the whole run. */
   stage: number | null;
-  /** Offered requests/s: the stage's rate, the arrival rate, else (closed loop) the achieved rate. */
-  offered: number;
-  offeredKind: "stage" | "arrival" | "achieved";
-  achieved: number | null;
+  /** Offered requests/s (the stage's or arrival's rate); null for a closed loop, which offers none. */
+  offered: number | null;
+  offeredKind: "stage" | "arrival" | "closed";
+  /** Closed-loop users, when offeredKind is "closed". */
+  users?: number;
+  /** Completed requests per second over the point's window. */
+  requestsPerS: number | null;
   outputTokensPerS: number | null;
   ttftP90S: number | null;
 }
@@ -109,37 +118,55 @@ function cdfOf(run: RunResult, key: "ttft" | "e2e"): Cdf | null {
   return points.length ? { points, exact: false } : null;
 }
 
-/** The rate of a constant/poisson/gamma arrival spec, if the run's workload records one. */
-function arrivalRate(run: RunResult): number | undefined {
-  const a = (run.workload as { arrival?: { type?: unknown; rate?: unknown } }).arrival;
-  return a && a.type !== "stages" && typeof a.rate === "number" ? a.rate : undefined;
+type ArrivalLike = { type?: unknown; rate?: unknown; users?: unknown };
+
+/** The rate of a constant/poisson/gamma arrival spec, or the users of a closed loop. */
+function arrivalOf(run: RunResult): { rate?: number; users?: number } {
+  const a = (run.workload as { arrival?: ArrivalLike }).arrival;
+  if (!a) return {};
+  if (a.type === "closed") return { users: typeof a.users === "number" ? a.users : undefined };
+  return a.type !== "stages" && typeof a.rate === "number" ? { rate: a.rate } : {};
 }
+
+/** Offered load as text: "50.00", "closed loop, 150 users" (no offered rate). */
+export function offeredText(p: LoadPoint): string {
+  if (p.offeredKind === "closed") return `closed loop${p.users !== undefined ? `, ${p.users} users` : ""}`;
+  return p.offered === null ? "-" : p.offered.toFixed(2);
+}
+
+/** The x position of a point on the load charts: the offered rate, else (closed loop) its req/s. */
+export const loadX = (p: LoadPoint): number | null => p.offered ?? p.requestsPerS;
 
 /** Warm-up stages are left out, as they are from the run's own figures. */
 export function loadPoints(run: RunResult): LoadPoint[] {
   const stages = run.stages.filter((s) => !s.warmup);
-  if (stages.length)
+  if (stages.length >= 2)
     return stages
       .map((s) => ({
         stage: s.index,
         offered: s.rate,
         offeredKind: "stage" as const,
-        achieved: s.achieved_rate,
+        requestsPerS: s.requests_per_s,
         outputTokensPerS: s.output_tokens_per_s,
         ttftP90S: s.ttft_p90_s,
       }))
-      .sort((a, b) => a.offered - b.offered || (a.stage ?? 0) - (b.stage ?? 0));
-  const rate = arrivalRate(run);
-  const offered = rate ?? run.requests_per_s;
-  if (offered === null) return [];
+      .sort((a, b) => a.offered - b.offered || a.stage - b.stage);
+  const { rate, users } = arrivalOf(run);
+  const whole = {
+    requestsPerS: run.requests_per_s,
+    outputTokensPerS: run.output_tokens_per_s,
+    ttftP90S: run.ttft_p90_s,
+  };
+  if (stages.length === 1) return [{ stage: null, offered: stages[0].rate, offeredKind: "stage", ...whole }];
+  if (rate !== undefined) return [{ stage: null, offered: rate, offeredKind: "arrival", ...whole }];
+  if (run.requests_per_s === null) return [];
   return [
     {
       stage: null,
-      offered,
-      offeredKind: rate !== undefined ? "arrival" : "achieved",
-      achieved: run.requests_per_s,
-      outputTokensPerS: run.output_tokens_per_s,
-      ttftP90S: run.ttft_p90_s,
+      offered: null,
+      offeredKind: "closed",
+      ...(users !== undefined ? { users } : {}),
+      ...whole,
     },
   ];
 }

@@ -40,11 +40,14 @@ export function loadInputs(paths: readonly string[]): ReportInput[] {
 }
 
 /** Renders the report of already-parsed inputs. */
-export function renderReport(inputs: readonly ReportInput[], opts: { title?: string } = {}): Report {
+export function renderReport(
+  inputs: readonly ReportInput[],
+  opts: { title?: string; madeBy?: string } = {},
+): Report {
   const model = buildModel(inputs);
   const title = opts.title ?? DEFAULT_TITLE;
   return {
-    html: renderHtml(model, { title, version: KVGATE_VERSION }),
+    html: renderHtml(model, { title, version: KVGATE_VERSION, madeBy: opts.madeBy }),
     markdown: renderMarkdown(model, { title }),
   };
 }

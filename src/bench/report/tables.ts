@@ -3,7 +3,7 @@
  * the HTML page and the Markdown file, so the two carry the same figures. Pure.
  */
 import { fixed, ms, pct, summaryColumns } from "./figures.ts";
-import type { FileView, RunView } from "./model.ts";
+import { type FileView, offeredText, type RunView } from "./model.ts";
 
 export interface Table {
   header: string[];
@@ -22,19 +22,20 @@ export function summaryTable(file: FileView): Table {
   };
 }
 
-const offeredNote = { stage: "", arrival: " (arrival rate)", achieved: " (achieved)" } as const;
-
-/** The points of the load charts: per run, per measured stage (or the whole run). */
+/**
+ * The points of the load charts: per run, the whole run (the summary's own figures) or, for a
+ * sweep, each measured stage. "req/s" and "output tok/s" mean what they mean in the summary.
+ */
 export function loadTable(runs: readonly RunView[]): Table {
   return {
-    header: ["run", "stage", "offered QPS", "achieved QPS", "output tok/s", "TTFT p90 (ms)"],
+    header: ["run", "stage", "offered req/s", "req/s", "output tok/s", "TTFT p90 (ms)"],
     numeric: [false, true, true, true, true, true],
     rows: runs.flatMap((r) =>
       r.load.map((p) => [
         r.label,
         p.stage === null ? "all" : String(p.stage),
-        `${fixed(p.offered, 2)}${offeredNote[p.offeredKind]}`,
-        fixed(p.achieved, 2),
+        `${offeredText(p)}${p.offeredKind === "arrival" ? " (arrival rate)" : ""}`,
+        fixed(p.requestsPerS, 2),
         fixed(p.outputTokensPerS, 0),
         ms(p.ttftP90S),
       ]),

@@ -1,0 +1,160 @@
+/**
+ * The demo's text summary, pure: live round-robin and kvgate beside the fleet simulator's
+ * prediction for the same fleet and workload, the ratios, how far live and simulated agree, where
+ * the gain comes from, and a warning when the replicas could not keep up with their time scale.
+ * Every figure is the results file's own (one definition: output tokens/s and req/s are over the
+ * window from the first send to the last stream end), so the report shows the same numbers.
+ */
+import { table } from "./format.ts";
+import { aggregateSet, type RequestRecord } from "./metrics.ts";
+import type { RunResult } from "./results.ts";
+import type { Workload } from "./workloads/types.ts";
+
+export interface DemoPhase {
+  router: "round-robin" | "kvgate";
+  run: RunResult;
+  records: RequestRecord[];
+  /** Max simulated seconds each replica's delivery ran behind its modelled timeline. */
+  replicaLagMaxS: number[];
+  wallSeconds: number;
+}
+
+export interface Side {
+  run: RunResult;
+  records: RequestRecord[];
+}
+
+/** Replica lag (simulated s) past which the live figures are not trusted to match the model. */
+export const LAG_WARN_S = 0.25;
+
+const fmt = (x: number | null | undefined, digits = 2): string =>
+  x === null || x === undefined || !Number.isFinite(x) ? "-" : x.toFixed(digits);
+const pct = (x: number | null | undefined): string =>
+  x === null || x === undefined || !Number.isFinite(x) ? "-" : `${(x * 100).toFixed(1)}%`;
+const mtok = (x: number | null): string => (x === null ? "-" : `${(x / 1e6).toFixed(2)}M`);
+
+/** TTFT p90 of the requests after each user's first (which are cold for any router). */
+export function warmTtftP90(side: Side, workload: Workload): number | null {
+  const turn = new Map(workload.requests.map((r) => [r.id, r.turn ?? 1]));
+  const warm = side.records.filter((r) => (turn.get(r.id) ?? 1) > 1);
+  return warm.length ? aggregateSet(warm).ttft.p90 : null;
+}
+
+/** Prompt tokens the replicas had to prefill: prompt tokens × (1 − fleet prefix-cache hit rate). */
+export function uncachedPromptTokens(run: RunResult): number | null {
+  return run.prefix_cache_hit_rate === null ? null : run.input_tokens * (1 - run.prefix_cache_hit_rate);
+}
+
+const ratio = (x: number | null | undefined, y: number | null | undefined) =>
+  x && y ? `${(x / y).toFixed(2)}x` : "-";
+
+/** Relative difference of live from simulated, e.g. "+3.1%". */
+export function relDiff(live: number | null, sim: number | null): number | null {
+  return live === null || sim === null || sim === 0 ? null : (live - sim) / sim;
+}
+
+const signed = (d: number | null) => (d === null ? "-" : `${d >= 0 ? "+" : ""}${(d * 100).toFixed(1)}%`);
+
+interface Row {
+  name: string;
+  value: (s: Side) => string;
+  /** The number compared between live and simulated, if any. */
+  compare?: (s: Side) => number | null;
+}
+
+export function demoSummary(
+  phases: DemoPhase[],
+  predictions: Side[],
+  workload: Workload,
+  o: { timeScale: number },
+): string {
+  const [rr, kv] = phases;
+  const [srr, skv] = predictions;
+  const sim = predictions.length === 2;
+  const rows: Row[] = [
+    { name: "requests ok / errors", value: (s) => `${s.run.completed} / ${s.run.errors}` },
+    {
+      name: "output tokens/s",
+      value: (s) => fmt(s.run.output_tokens_per_s, 0),
+      compare: (s) => s.run.output_tokens_per_s,
+    },
+    { name: "req/s", value: (s) => fmt(s.run.requests_per_s, 2) },
+    { name: "TTFT p50 (s)", value: (s) => fmt(s.run.ttft_p50_s, 3) },
+    { name: "TTFT p90 (s)", value: (s) => fmt(s.run.ttft_p90_s, 3), compare: (s) => s.run.ttft_p90_s },
+    {
+      name: "TTFT p90, questions 2+ (s)",
+      value: (s) => fmt(warmTtftP90(s, workload), 3),
+      compare: (s) => warmTtftP90(s, workload),
+    },
+    { name: "TPOT p50 (ms)", value: (s) => fmt((s.run.tpot_p50_s ?? Number.NaN) * 1000, 1) },
+    { name: "E2E p50 (s)", value: (s) => fmt(s.run.e2e_p50_s, 2) },
+    {
+      name: "prefix-cache hit rate",
+      value: (s) => pct(s.run.prefix_cache_hit_rate),
+      compare: (s) => s.run.prefix_cache_hit_rate,
+    },
+    { name: "prompt tokens prefilled", value: (s) => mtok(uncachedPromptTokens(s.run)) },
+    { name: "run length (sim s)", value: (s) => fmt(s.run.window_s, 1) },
+  ];
+  const sides: Array<[string, Side | undefined]> = [
+    ["round-robin", rr],
+    ...(sim ? ([["  simulated", srr]] as Array<[string, Side]>) : []),
+    ["kvgate", kv],
+    ...(sim ? ([["  simulated", skv]] as Array<[string, Side]>) : []),
+  ];
+  const lags = phases.map((p) => Math.max(...p.replicaLagMaxS.map((x) => (Number.isNaN(x) ? 0 : x))));
+  const body = rows.map((r) => [r.name, ...sides.map(([, s]) => (s ? r.value(s) : "-"))]);
+  body.push([
+    "max replica lag (sim s)",
+    ...sides.map(([n], i) => (n.startsWith(" ") ? "-" : fmt(lags[i === 0 ? 0 : 1], 3))),
+  ]);
+  const lines = [
+    "Simulated seconds throughout. output tokens/s and req/s: completed work over the run's window",
+    "(first send to last stream end); TTFT p90, questions 2+: each user's later questions only.",
+    table(["", ...sides.map(([n]) => n)], body),
+    "",
+  ];
+  const gain = (a: Side, b: Side) =>
+    `output tokens/s ${ratio(b.run.output_tokens_per_s, a.run.output_tokens_per_s)}, ` +
+    `TTFT p90 ${ratio(a.run.ttft_p90_s, b.run.ttft_p90_s)} better ` +
+    `(questions 2+: ${ratio(warmTtftP90(a, workload), warmTtftP90(b, workload))})`;
+  lines.push(`kvgate vs round-robin, live:      ${gain(rr, kv)}`);
+  if (sim) lines.push(`kvgate vs round-robin, simulated: ${gain(srr, skv)}`);
+  if (sim) {
+    const diffs = rows
+      .filter((r) => r.compare)
+      .map((r) => {
+        const d = [relDiff(r.compare!(rr), r.compare!(srr)), relDiff(r.compare!(kv), r.compare!(skv))];
+        return { name: r.name, d };
+      });
+    const worst = Math.max(...diffs.flatMap((x) => x.d.map((v) => Math.abs(v ?? 0))));
+    lines.push(
+      `live vs simulated (round-robin / kvgate): ${diffs.map((x) => `${x.name} ${signed(x.d[0])} / ${signed(x.d[1])}`).join("; ")}` +
+        (worst <= 0.1 ? " (all within 10%)" : ` (WARNING: up to ${(worst * 100).toFixed(0)}% apart)`),
+    );
+  }
+  lines.push(whereFrom(rr.run, kv.run));
+  const lag = Math.max(...lags);
+  if (lag > LAG_WARN_S)
+    lines.push(
+      `WARNING: a replica ran up to ${lag.toFixed(2)} simulated s behind its modelled timeline (kvgate:sim_lag_max_seconds): ` +
+        `this machine could not keep up at ${o.timeScale}x, so live latencies are inflated. Re-run with a lower --time-scale or on a less loaded machine.`,
+    );
+  return lines.join("\n");
+}
+
+/** One line: the hit rates, the prefill they saved, and what that did to queueing and run length. */
+export function whereFrom(rr: RunResult, kv: RunResult): string {
+  const a = uncachedPromptTokens(rr);
+  const b = uncachedPromptTokens(kv);
+  const saved =
+    a !== null && b !== null && a > 0 ? `${mtok(a - b)} (${((1 - b / a) * 100).toFixed(0)}%) fewer` : "-";
+  return (
+    `where the gain comes from: prefix-cache hit rate ${pct(kv.prefix_cache_hit_rate)} vs ${pct(rr.prefix_cache_hit_rate)}, ` +
+    `so kvgate's replicas prefilled ${saved} prompt tokens (${mtok(b)} vs ${mtok(a)}); with that much less prefill queued ` +
+    `ahead of each request, TTFT p50 went ${fmt(rr.ttft_p50_s, 3)} -> ${fmt(kv.ttft_p50_s, 3)} s and TPOT p50 ` +
+    `${fmt((rr.tpot_p50_s ?? Number.NaN) * 1000, 1)} -> ${fmt((kv.tpot_p50_s ?? Number.NaN) * 1000, 1)} ms (steps spent on decoding), ` +
+    `and the run took ${fmt(kv.window_s, 1)} instead of ${fmt(rr.window_s, 1)} simulated s ` +
+    `(${kv.completed} vs ${rr.completed} answers completed).`
+  );
+}

@@ -1,0 +1,99 @@
+/**
+ * What `kvgate simulate` predicts for the demo's own fleet and workload: the fleet simulator run
+ * in this process (virtual time, the real scheduler) on the same workload spec and seed, the same
+ * replica count, profile and KV capacity, with the gateway's built-in routing config for kvgate
+ * and round-robin for the baseline. Its runs are results-file runs built by the same aggregation
+ * as the live ones, so every figure is defined the same way on both sides.
+ */
+import { fileURLToPath } from "node:url";
+import { stringify as toYaml } from "yaml";
+import { admissionFromConfig } from "../flow/admission.ts";
+import { DEFAULT_EPP_CONFIG_PATH } from "../gateway/routing.ts";
+import { createScheduler } from "../scheduler/scheduler.ts";
+import { runFleet } from "../sim/fleet/fleet.ts";
+import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
+import { parseScenario } from "../sim/fleet/scenario.ts";
+import type { RequestRecord } from "./metrics.ts";
+import type { RunResult } from "./results.ts";
+import { buildRun } from "./run.ts";
+import type { WorkloadSpec } from "./workloads/spec.ts";
+import type { Workload } from "./workloads/types.ts";
+
+export const ROUND_ROBIN_CONFIG_PATH = fileURLToPath(
+  new URL("../../config/examples/round-robin.yaml", import.meta.url),
+);
+
+export interface PredictFleet {
+  replicas: number;
+  profile: string;
+  /** vLLM's --num-gpu-blocks-override (blocks incl. the null block); default: the profile's. */
+  numGpuBlocks?: number;
+  maxModelLen: number;
+  /** The gateway's metric scrape period, simulated seconds. */
+  scrapeIntervalS: number;
+}
+
+export interface Prediction {
+  router: "round-robin" | "kvgate";
+  run: RunResult;
+  records: RequestRecord[];
+  wallSeconds: number;
+}
+
+/** Simulates both routers on `workload` (generated from `spec`), round-robin first. */
+export async function predict(
+  spec: WorkloadSpec,
+  workload: Workload,
+  fleet: PredictFleet,
+): Promise<Prediction[]> {
+  const sc = parseScenario(
+    toYaml({
+      name: "kvgate demo",
+      seed: spec.seed,
+      fleet: {
+        replicas: fleet.replicas,
+        profile: fleet.profile,
+        maxModelLen: fleet.maxModelLen,
+        ...(fleet.numGpuBlocks !== undefined ? { numGpuBlocks: fleet.numGpuBlocks } : {}),
+      },
+      routers: [
+        { name: "round-robin", config: ROUND_ROBIN_CONFIG_PATH },
+        { name: "kvgate", config: DEFAULT_EPP_CONFIG_PATH },
+      ],
+      workload: { ...spec },
+      scrapeIntervalMs: fleet.scrapeIntervalS * 1000,
+      gatewayDelayMs: 0,
+    }),
+  );
+  const tokenizer = new PromptTokenizer();
+  const out: Prediction[] = [];
+  for (const r of sc.routers) {
+    const t0 = performance.now();
+    const { scheduler, config } = await createScheduler(r.configText, { seed: sc.seed });
+    const res = runFleet({
+      fleet: sc.fleet,
+      workload,
+      scheduler,
+      admission: admissionFromConfig(config).admission,
+      seed: sc.seed,
+      scrapeInterval: sc.scrapeInterval,
+      gatewayDelay: sc.gatewayDelay,
+      routerTokenizer: sc.routerTokenizer,
+      kvEventsDelay: sc.kvEventsDelay,
+      tokenizer,
+    });
+    const run = buildRun(
+      spec,
+      workload,
+      { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
+      { router: r.name, timeScale: 1 },
+    );
+    out.push({
+      router: r.name as Prediction["router"],
+      run,
+      records: res.records,
+      wallSeconds: (performance.now() - t0) / 1000,
+    });
+  }
+  return out;
+}
