@@ -270,15 +270,15 @@ export class PreciseIndex {
     const s = this.store;
     const keyTab = s.keys;
     const { eLink, eExp } = s;
-    const kHead = keyTab.head;
+    const rec = keyTab.rec;
     const weight = this.tiers.weight;
     const score = this.score;
     // Block 0: every candidate holding it starts a run (collected in `alive`).
     let alive = 0;
     const held = this.held;
-    let k = keyTab.find(k32[lo] >>> 0, k32[hi] >>> 0);
+    let k = keyTab.find(k32[lo], k32[hi]);
     if (k === NIL) return out;
-    for (let e = kHead[k]; e !== NIL; e = eLink[2 * e]) {
+    for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
       const epf = eLink[2 * e + 1];
       const ep = epf & 0xffffff;
       if (tag[ep] !== base) continue;
@@ -291,11 +291,11 @@ export class PreciseIndex {
     }
     // Blocks 1…: only the candidates still matching advance; stop when none does.
     for (let i = 1, live = alive; i < n && live > 0; i++) {
-      k = keyTab.find(k32[2 * i + lo] >>> 0, k32[2 * i + hi] >>> 0);
+      k = keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
       if (k === NIL) break;
       const want = base + i;
       let advanced = 0;
-      for (let e = kHead[k]; e !== NIL; e = eLink[2 * e]) {
+      for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
         const epf = eLink[2 * e + 1];
         const ep = epf & 0xffffff;
         if (tag[ep] !== want) continue;
@@ -419,8 +419,8 @@ export class PreciseIndex {
       const pe = s.findEngine(this.one32[LO], this.one32[HI], ep);
       if (pe !== NIL) {
         const k = s.eKey[pe];
-        this.one32[LO] = s.keys.lo[k];
-        this.one32[HI] = s.keys.hi[k];
+        this.one32[LO] = s.keys.lo(k);
+        this.one32[HI] = s.keys.hi(k);
         parent = this.one[0];
       } else if (ev.parentBlockHash !== 0n) return void c.unknownParent++;
     }
