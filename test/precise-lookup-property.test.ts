@@ -14,7 +14,7 @@ import {
 import { createRng, type Mulberry32 } from "../src/scheduler/rng.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import type { EndpointState } from "../src/scheduler/types.ts";
-import { DEFAULT_WEIGHTS, type Doc, StreamWorld } from "./helpers/precise-streams.ts";
+import { type Doc, StreamWorld } from "./helpers/precise-streams.ts";
 
 const xxh = await loadXxh64Hasher();
 const B = 16;

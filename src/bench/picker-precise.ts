@@ -37,7 +37,7 @@ export class TokenizedWorkload implements Workload {
     const view = new DataView(bytes.buffer, bytes.byteOffset, n * 4);
     // Built by push: a packed array of small integers, as a tokenizer's output is (not a holey one).
     const ids: number[] = [];
-    for (let i = 0; i < n; i++) ids.push(view.getUint32(4 * i, true) % VOCAB);
+    for (let i = 0; i < n; i++) ids.push((view.getUint32(4 * i, true) % VOCAB) | 0);
     req.tokenIds = ids;
     return req;
   }
