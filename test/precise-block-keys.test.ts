@@ -3,7 +3,16 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import xxhash from "xxhash-wasm";
-import { type BlockHasher, BlockKeyer, fnv1a64Hasher, loadXxh64Hasher } from "../src/kv/block-keys.ts";
+import {
+  type BlockHasher,
+  BlockKeyer,
+  fnv1a64Hasher,
+  h64Hasher,
+  loadXxh64Hasher,
+  packKeys,
+  unpackKeys,
+} from "../src/kv/block-keys.ts";
+import { createRng } from "../src/scheduler/rng.ts";
 import { rng } from "./helpers/kv-event-fixtures.ts";
 
 const api = await xxhash();
@@ -30,15 +39,42 @@ function le64(x: bigint): Uint8Array {
 }
 
 describe("block keys", () => {
-  it("xxh64: root = h64(model ‖ 0 ‖ salt), key i = h64(block i's LE token words, seed key i-1)", () => {
+  it("xxh64: root = h64(model ‖ 0 ‖ salt), key i = h64(LE64(h64(block i's LE token words)) ‖ LE64(key i-1))", () => {
     const k = new BlockKeyer({ hasher: xxh, blockSize: 4 });
     const tokens = [1, 2, 3, 4, 5, 6, 7, 8, 2 ** 31 + 5, 10];
     const keys = k.keys(tokens, "llama", "salt");
     assert.equal(keys.length, 2, "the partial third block gets no key");
     const root = api.h64Raw(utf8.encode("llama\u0000salt"), 0n);
-    const k0 = api.h64Raw(tokenBytes(tokens.slice(0, 4)), root);
-    const k1 = api.h64Raw(tokenBytes(tokens.slice(4, 8)), k0);
+    const pair = (b: bigint, parent: bigint) => api.h64Raw(new Uint8Array([...le64(b), ...le64(parent)]), 0n);
+    const k0 = pair(api.h64Raw(tokenBytes(tokens.slice(0, 4)), 0n), root);
+    const k1 = pair(api.h64Raw(tokenBytes(tokens.slice(4, 8)), 0n), k0);
     assert.deepEqual([...keys], [k0, k1]);
+    assert.deepEqual([...unpackKeys(k.packedKeys(tokens, "llama", "salt"))], [k0, k1]);
+  });
+
+  it("xxh64: the wasm chain gives the per-block path's keys (chain at any offset, packed, long prompts)", () => {
+    const slow = h64Hasher((d, seed) => api.h64Raw(d, seed));
+    const r = createRng(11);
+    for (const blockSize of [1, 3, 16, 64]) {
+      for (const blocks of [1, 2, 7, 130, 700]) {
+        const tokens = Array.from({ length: blocks * blockSize + r.int(blockSize) }, () => r.int(2 ** 32));
+        const fast = new BlockKeyer({ hasher: xxh, blockSize });
+        const ref = new BlockKeyer({ hasher: slow, blockSize });
+        const want = ref.keys(tokens, "m", "s");
+        assert.equal(want.length, blocks);
+        assert.deepEqual([...fast.keys(tokens, "m", "s")], [...want], `${blockSize} × ${blocks}`);
+        assert.deepEqual([...unpackKeys(fast.packedKeys(tokens, "m", "s"))], [...want]);
+        assert.deepEqual([...unpackKeys(ref.packedKeys(tokens, "m", "s"))], [...want]);
+        assert.deepEqual([...unpackKeys(fast.packedKeys(new Uint32Array(tokens), "m", "s"))], [...want]);
+        assert.deepEqual([...unpackKeys(packKeys(want))], [...want]);
+        // chain() from a block offset into an output offset, chained on the previous key.
+        if (blocks > 2) {
+          const out = new BigUint64Array(blocks + 3);
+          xxh.chain(want[0], tokens, blockSize, blockSize, blocks - 1, out, 3);
+          assert.deepEqual([...out.subarray(3, 3 + blocks - 1)], [...want.subarray(1)]);
+        }
+      }
+    }
   });
 
   it("fnv1a64: FNV-1a 64 over (parent LE64 ‖ LE token words), root over the model/salt bytes", () => {

@@ -10,6 +10,10 @@
  * Cold cells (--cold-configs, at the largest size) time requests whose prompts no endpoint has seen:
  * the path where nothing matches and every candidate is scored.
  *
+ * Precise configs (any with a precise-prefix-cache-producer, e.g. precise-prefix) get token ids and a
+ * warm index fed from simulated KV events (picker-precise.ts), and are timed beside their approximate
+ * twin (`<config>~approx`: the same config with the approximate producer); a ratio table compares them.
+ *
  *   npm run bench:picker -- [--reps 5] [--calls 4000] [--warmup 3000] [--repeat 3] [--endpoints 8,64,256]
  *     [--configs default,llm-d-chart-default,pd] [--cold-configs default,llm-d-chart-default]
  *     [--pairs 2000] [--concurrency 1,8]
@@ -20,6 +24,7 @@ import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { createXxHasher } from "../scheduler/hash.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import {
   ChatWorkload,
@@ -33,6 +38,7 @@ import {
   WORKLOAD_DEFAULTS,
 } from "./picker-decision.ts";
 import { type GatewayBenchResult, runGatewayBench } from "./picker-gateway.ts";
+import { approximateTwin, KvEventFeed, preciseIndexes, TokenizedWorkload } from "./picker-precise.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 /** Targets from the issue: p99 decision at 256 endpoints, p50 added gateway latency. */
@@ -46,7 +52,7 @@ const { values: args } = parseArgs({
     warmup: { type: "string", default: "3000" },
     repeat: { type: "string", default: "3" },
     endpoints: { type: "string", default: "8,64,256" },
-    configs: { type: "string", default: "default,llm-d-chart-default,pd" },
+    configs: { type: "string", default: "default,llm-d-chart-default,pd,precise-prefix" },
     "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
     pairs: { type: "string", default: "2000" },
     concurrency: { type: "string", default: "1,8" },
@@ -135,6 +141,21 @@ interface DecisionCell {
   reps: DecisionRun[];
 }
 
+const TWIN = "~approx";
+
+/** A config's YAML; `<name>~approx` is the approximate twin of a precise config. */
+function configText(name: string): string {
+  const base = name.endsWith(TWIN) ? name.slice(0, -TWIN.length) : name;
+  const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
+  if (base === name) return text;
+  const twin = approximateTwin(text);
+  if (twin === null) throw new Error(`${name}: ${base} has no precise-prefix-cache-producer to swap`);
+  return twin;
+}
+
+const isPrecise = (name: string) =>
+  !name.endsWith(TWIN) && configText(name).includes("precise-prefix-cache-producer");
+
 const f1 = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 const pad = (s: string | number, n: number) => String(s).padStart(n);
 
@@ -164,6 +185,7 @@ function printDecisions(cells: DecisionCell[], cal: Percentiles): void {
     `${"calibration (const)".padEnd(25)}${pad("-", 4)} |            ${pad(f1(cal.p50), 5)}${pad(f1(cal.p90), 6)}${pad(f1(cal.p99), 6)}${pad(f1(cal.max), 7)}` +
       ` | fixed work: p99/p50 = ${(cal.p99 / cal.p50).toFixed(2)} is this machine's jitter`,
   );
+  printPreciseRatios(cells);
   for (const c of cells.filter((x) => x.endpoints === 256 && !x.cold)) {
     const m = c.scheduleMinOfRepeats;
     console.log(
@@ -173,6 +195,50 @@ function printDecisions(cells: DecisionCell[], cal: Percentiles): void {
           ? ""
           : `; min-of-${repeat} ${f1(m.p99)} µs → ${m.p99 <= TARGET_DECISION_P99_US ? "PASS" : "FAIL"}`),
     );
+  }
+}
+
+/** Target: a precise decision within 2× of an approximate one at 256 endpoints (p50 and p99). */
+const TARGET_PRECISE_RATIO = 2;
+
+/** Precise cells beside their approximate twin and kvgate's default config: p50/p99 and their ratios. */
+function printPreciseRatios(cells: DecisionCell[]): void {
+  const precise = cells.filter((c) => !c.cold && isPrecise(c.config));
+  if (precise.length === 0) return;
+  const find = (config: string, n: number) =>
+    cells.find((c) => !c.cold && c.config === config && c.endpoints === n);
+  console.log(
+    "\nPrecise vs approximate, schedule() µs (medians as above; ratio = precise / approximate; tokenization,\n" +
+      "  which the gateway does before schedule(), is not in either):",
+  );
+  console.log(
+    `${"config".padEnd(25)}${pad("eps", 4)} | precise ${pad("p50", 5)}${pad("p99", 6)} | ~approx ${pad("p50", 5)}${pad("p99", 6)}` +
+      ` | ratio ${pad("p50", 5)}${pad("p99", 6)} | default ${pad("p50", 5)}${pad("p99", 6)} | ratio ${pad("p50", 5)}${pad("p99", 6)}`,
+  );
+  const r2 = (a: number, b: number | undefined) => (b === undefined ? "-" : (a / b).toFixed(2));
+  for (const c of precise) {
+    const t = find(c.config + TWIN, c.endpoints);
+    const d = find("default", c.endpoints);
+    const s = c.schedule;
+    console.log(
+      `${c.config.padEnd(25)}${pad(c.endpoints, 4)} |         ${pad(f1(s.p50), 5)}${pad(f1(s.p99), 6)}` +
+        ` |         ${pad(t ? f1(t.schedule.p50) : "-", 5)}${pad(t ? f1(t.schedule.p99) : "-", 6)}` +
+        ` |       ${pad(r2(s.p50, t?.schedule.p50), 5)}${pad(r2(s.p99, t?.schedule.p99), 6)}` +
+        ` |         ${pad(d ? f1(d.schedule.p50) : "-", 5)}${pad(d ? f1(d.schedule.p99) : "-", 6)}` +
+        ` |       ${pad(r2(s.p50, d?.schedule.p50), 5)}${pad(r2(s.p99, d?.schedule.p99), 6)}`,
+    );
+  }
+  for (const c of precise.filter((x) => x.endpoints === 256)) {
+    for (const ref of [find(c.config + TWIN, 256), find("default", 256)]) {
+      if (ref === undefined) continue;
+      const p50 = c.schedule.p50 / ref.schedule.p50;
+      const p99 = c.schedule.p99 / ref.schedule.p99;
+      const ok = p50 <= TARGET_PRECISE_RATIO && p99 <= TARGET_PRECISE_RATIO;
+      console.log(
+        `target precise ≤ ${TARGET_PRECISE_RATIO}× approximate at 256 endpoints, ${c.config} vs ${ref.config}: ` +
+          `p50 ${p50.toFixed(2)}×, p99 ${p99.toFixed(2)}× → ${ok ? "PASS" : "FAIL"}`,
+      );
+    }
   }
 }
 
@@ -217,28 +283,45 @@ async function main(): Promise<void> {
     cold.generate(coldWarm);
     cold.generate(coldTimed);
   }
+  const withTwins = configs.flatMap((c) =>
+    isPrecise(c) && !configs.includes(c + TWIN) ? [c, c + TWIN] : [c],
+  );
+  const tokenized = new TokenizedWorkload(workload);
+  const feedHasher = await createXxHasher();
   const plan = [
-    ...configs.flatMap((config) => sizes.map((n) => ({ config, n, cold: false }))),
+    ...withTwins.flatMap((config) => sizes.map((n) => ({ config, n, cold: false }))),
     ...coldConfigs.map((config) => ({ config, n: sizes[sizes.length - 1], cold: true })),
   ];
   const keyOf = (c: { config: string; n: number; cold: boolean }) => `${c.config}/${c.n}/${c.cold}`;
   for (let rep = 0; rep < (withDecision ? reps : 0); rep++) {
     calibration.push(calibrate(2000));
     for (const cell of plan) {
-      const text = readFileSync(resolve(ROOT, "config/examples", `${cell.config}.yaml`), "utf8");
+      const text = configText(cell.config);
       // The previous cell's scheduler (a multi-MB index) is garbage now, all at once, which a
       // gateway never produces: collect it before timing, or its major GC (concurrent marking,
       // slower stores while it runs) lands in this cell. Needs --expose-gc (npm run sets it).
       gc?.();
       const { scheduler } = await createScheduler(text, { seed: 1 + rep });
       const endpoints = makeEndpoints(cell.n, cell.config === "pd");
+      // Precise: token ids on every request, and KV events from the picks back into the index.
+      const indexes = preciseIndexes(scheduler.plugins.values());
+      const feed =
+        indexes.length === 0
+          ? undefined
+          : new KvEventFeed(indexes, feedHasher, {
+              blockSize: 16,
+              capacityBlocks: 32768, // scrape()'s cacheNumBlocks
+              lagSeconds: 0.05,
+              model: "meta-llama/Llama-3.1-8B-Instruct",
+            });
+      feed?.register(endpoints);
       const run = runDecisions(
         scheduler,
         endpoints,
-        cell.cold ? cold : workload,
+        cell.cold ? cold : feed !== undefined ? tokenized : workload,
         cell.cold ? coldWarm : warmSpecs,
         cell.cold ? coldTimed : timedSpecs,
-        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat },
+        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat, feed },
         7 + rep,
       );
       runs.set(keyOf(cell), [...(runs.get(keyOf(cell)) ?? []), run]);

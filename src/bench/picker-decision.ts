@@ -234,6 +234,14 @@ export interface DecisionRunOptions {
    * not add garbage (and GC pauses) between headline decisions: the gateway parses a body once.
    */
   repeat: number;
+  /**
+   * What the endpoints report back, outside the timed calls (precise mode's KV events): `deliver`
+   * before each decision, `picked` after each onPicked() of the warm-up and headline passes.
+   */
+  feed?: {
+    deliver(now: number): void;
+    picked(req: RequestFacts, result: ScheduleResult, now: number): void;
+  };
 }
 
 export interface Percentiles {
@@ -310,12 +318,15 @@ export function runDecisions(
     }
   };
   scrape(endpoints, rng, now);
+  const feed = o.feed;
   for (let i = 0; i < warmupReqs.length; i++) {
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
+    feed?.deliver(now);
     const req = workload.materialize(warmupReqs[i]);
     const r = scheduler.schedule(req, endpoints, now);
     scheduler.onPicked(req, r, now);
+    feed?.picked(req, r, now);
     if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
     retire();
   }
@@ -328,12 +339,14 @@ export function runDecisions(
   for (let i = 0; i < n; i++) {
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
+    feed?.deliver(now);
     const req = workload.materialize(timedReqs[i]);
     const t0 = process.hrtime.bigint();
     const r = scheduler.schedule(req, endpoints, now);
     const t1 = process.hrtime.bigint();
     scheduler.onPicked(req, r, now);
     const t2 = process.hrtime.bigint();
+    feed?.picked(req, r, now);
     tSchedule[i] = Number(t1 - t0);
     tBoth[i] = Number(t2 - t0);
     if (r.target !== null) {

@@ -1,30 +1,39 @@
 /**
  * Request block keys for precise prefix routing: kvgate's own chained 64-bit keys computed from token ids.
  *
- * Like llm-d's dual-key design (llm-d/llm-d-kv-cache@7be76e1 docs/architecture.md, issue #147), kvgate never
- * reproduces vLLM's block
- * hash. It computes its own keys from token ids, on the request side (from the gateway's tokenization) and
- * on the event side (from BlockStored token_ids), and maps each endpoint's engine hashes to them only to
- * apply BlockRemoved. So routing does not depend on vLLM's `--prefix-caching-hash-algo` or PYTHONHASHSEED.
+ * Like llm-d's dual-key design (llm-d/llm-d-kv-cache@7be76e1 docs/architecture.md, issue #147), kvgate
+ * never reproduces vLLM's block hash. It computes its own keys from token ids, on the request side (from
+ * the gateway's tokenization) and on the event side (from BlockStored token_ids), and maps each
+ * endpoint's engine hashes to them only to apply BlockRemoved. So routing does not depend on vLLM's
+ * `--prefix-caching-hash-algo` or PYTHONHASHSEED.
  *
  *   root   = H64(utf8(model) ‖ 0x00 ‖ utf8(cache_salt or ""))          (the model is the LoRA name for LoRA)
- *   key[i] = H64(tokens of block i as 4-byte words, chained on key[i-1] or root)
+ *   b[i]   = H64(tokens of block i as 4-byte words)
+ *   key[i] = H64(LE64(b[i]) ‖ LE64(key[i-1] or root))
  *
- * Only full blocks get a key; the block size must equal the engine's (vLLM default 16). The hasher is
- * injected: xxh64 (xxhash-wasm, the parent key as seed) is the default; a pure-JS FNV-1a 64 over the same
- * bytes (parent's 8 bytes first) exists for callers that cannot await the wasm instantiation. Measured on
- * 16-token blocks: xxh64-wasm ≈ 9.1M blocks/s, FNV-1a ≈ 2.6M blocks/s per core, so xxh64 is the default.
- * Both sides of one process must use the same hasher. Token words are written in platform byte order
- * (little-endian on every platform Node ships for); keys are only compared within one process.
+ * which is the approximate producer's block chain (llm-d-router approximateprefix/hashing.go), so the scheduler's
+ * one-call wasm chain (src/scheduler/xxh64-wasm.ts) keys a whole prompt at once. Only full blocks get a
+ * key; the block size must equal the engine's (vLLM default 16). The hasher is injected: xxh64 (the
+ * default, through the scheduler's Hasher, its wasm chain when it has one) or a pure-JS FNV-1a 64 over
+ * (parent's 8 bytes ‖ token words) for callers that cannot await wasm instantiation. Both sides of one
+ * process must use the same hasher. Token words are written in platform byte order (little-endian on
+ * every platform Node ships for); keys are only compared within one process.
  */
-import type { XXHashAPI } from "xxhash-wasm";
+import { createXxHasher } from "../scheduler/hash.ts";
 
 /** Keys of a request's full blocks, in block order; element i is block i's key. */
 export type BlockKeys = BigUint64Array;
 
+/**
+ * Keys as 32-bit halves, `[lo0, hi0, lo1, hi1, …]` (each half int32 or uint32: compare with `>>> 0`).
+ * What the request side passes around: no BigInt and no typed-array allocation per request.
+ */
+export type PackedKeys = ArrayLike<number>;
+
 /** Index of the low / high 32-bit half of a 64-bit element in a Uint32Array view of a BigUint64Array. */
 export const LO = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1 ? 0 : 1;
 export const HI = 1 - LO;
+const LITTLE_ENDIAN = LO === 0;
 
 /** A 64-bit hash for chained block keys. */
 export interface BlockHasher {
@@ -44,47 +53,109 @@ export interface BlockHasher {
     out: BigUint64Array,
     at: number,
   ): void;
+  /** Optional: the keys chain() would write for `start` 0, as PackedKeys `[lo, hi]` pairs. */
+  packed?(parent: bigint, tokens: ArrayLike<number>, blockSize: number, count: number): PackedKeys;
 }
 
 /**
- * xxh64 chaining: `key = xxh64(block token bytes, seed = parent key)`, over any xxh64 implementation
- * (`h64(bytes, seed)`: xxhash-wasm's h64Raw, or the scheduler's injected Hasher.h64).
+ * What the xxh64 block hasher needs of an xxHash64 implementation: structurally the scheduler's Hasher
+ * (src/scheduler/hash.ts). With `chain` and `scratch` (its wasm chain) a whole run of blocks is one call;
+ * with `h64` alone, two calls per block.
  */
-export function h64Hasher(h64: (data: Uint8Array, seed: bigint) => bigint): BlockHasher {
+export interface Xxh64Source {
+  h64(bytes: Uint8Array, seed?: bigint): bigint;
+  chain?(
+    bytes: Uint8Array,
+    blockBytes: number,
+    maxBlocks: number,
+    first: number,
+    prev: bigint,
+  ): ArrayLike<number>;
+  scratch?(bytes: number): Uint8Array;
+}
+
+/** xxh64 block keys (`key = xxh64(LE64(xxh64(block)) ‖ LE64(parent))`) over an Xxh64Source. */
+export function xxh64BlockHasher(src: Xxh64Source): BlockHasher {
+  const chainFn = src.chain;
+  const scratchFn = src.scratch;
+  // Per-block path: one scratch buffer for a block's token words, one for the 16-byte pair.
   let bytes = new Uint8Array(64);
   let words = new Uint32Array(bytes.buffer);
-  let view = bytes;
+  const pair = new BigUint64Array(2);
+  const pairBytes = new Uint8Array(pair.buffer);
+  const perBlock = (parent: bigint, tokens: ArrayLike<number>, start: number, B: number, j: number) => {
+    if (bytes.length < B * 4) {
+      bytes = new Uint8Array(B * 4);
+      words = new Uint32Array(bytes.buffer);
+    }
+    for (let i = 0, t = start + j * B; i < B; i++) words[i] = tokens[t++];
+    pair[0] = src.h64(bytes.subarray(0, B * 4), 0n);
+    pair[1] = parent;
+    return src.h64(pairBytes, 0n);
+  };
+  // Wasm path: token words written straight into the chain's memory, hashed in place.
+  let mem: ArrayBufferLike | null = null;
+  let mem32: Uint32Array = new Uint32Array(0);
+  const wasm = (parent: bigint, tokens: ArrayLike<number>, start: number, B: number, count: number) => {
+    const words = start + count * B;
+    // Room for every token word copied (a whole array copies fastest) plus the keys after the input.
+    const u8 = (scratchFn as (n: number) => Uint8Array)(Math.max(tokens.length, words) * 4 + count * 8 + 8);
+    if (u8.buffer !== mem) {
+      mem = u8.buffer;
+      mem32 = new Uint32Array(mem, 0, u8.byteLength >>> 2);
+    }
+    if (tokens.length <= mem32.length && (Array.isArray(tokens) || ArrayBuffer.isView(tokens)))
+      mem32.set(tokens as ArrayLike<number>);
+    else for (let t = 0; t < words; t++) mem32[t] = tokens[t];
+    return (chainFn as NonNullable<Xxh64Source["chain"]>)(
+      u8.subarray(start * 4, words * 4),
+      B * 4,
+      count,
+      0,
+      parent,
+    );
+  };
+  const fast = chainFn !== undefined && scratchFn !== undefined && LITTLE_ENDIAN;
   return {
     name: "xxh64",
-    root: (data) => h64(data, 0n),
+    root: (data) => src.h64(data, 0n),
     chain(parent, tokens, start, blockSize, count, out, at) {
-      if (view.length !== blockSize * 4) {
-        if (bytes.length < blockSize * 4) {
-          bytes = new Uint8Array(blockSize * 4);
-          words = new Uint32Array(bytes.buffer);
+      if (count <= 0) return;
+      const o32 = new Uint32Array(out.buffer, out.byteOffset, out.length * 2);
+      if (fast) {
+        const h = wasm(parent, tokens, start, blockSize, count);
+        for (let j = 0; j < count; j++) {
+          o32[2 * (at + j) + LO] = h[2 * j];
+          o32[2 * (at + j) + HI] = h[2 * j + 1];
         }
-        view = bytes.subarray(0, blockSize * 4);
+        return;
       }
-      let seed = parent;
-      let t = start;
+      for (let j = 0; j < count; j++) out[at + j] = parent = perBlock(parent, tokens, start, blockSize, j);
+    },
+    packed(parent, tokens, blockSize, count) {
+      if (count <= 0) return [];
+      if (fast) return wasm(parent, tokens, 0, blockSize, count);
+      const out = new Array<number>(2 * count);
+      const one = new BigUint64Array(1);
+      const one32 = new Uint32Array(one.buffer);
       for (let j = 0; j < count; j++) {
-        for (let i = 0; i < blockSize; i++) words[i] = tokens[t++];
-        seed = h64(view, seed);
-        out[at + j] = seed;
+        one[0] = parent = perBlock(parent, tokens, 0, blockSize, j);
+        out[2 * j] = one32[LO];
+        out[2 * j + 1] = one32[HI];
       }
+      return out;
     },
   };
 }
 
-/** xxh64 through xxhash-wasm. */
-export function xxh64Hasher(api: XXHashAPI): BlockHasher {
-  return h64Hasher((data, seed) => api.h64Raw(data, seed));
+/** xxh64 keys with only a per-block `h64(bytes, seed)` (e.g. xxhash-wasm's h64Raw): the slow reference path. */
+export function h64Hasher(h64: (data: Uint8Array, seed: bigint) => bigint): BlockHasher {
+  return xxh64BlockHasher({ h64: (data, seed = 0n) => h64(data, seed) });
 }
 
-/** Loads xxhash-wasm and returns the xxh64 hasher (the default). */
+/** Creates the scheduler's xxh64 Hasher (wasm chain included) and returns the xxh64 block hasher (the default). */
 export async function loadXxh64Hasher(): Promise<BlockHasher> {
-  const { default: xxhash } = await import("xxhash-wasm");
-  return xxh64Hasher(await xxhash());
+  return xxh64BlockHasher(await createXxHasher());
 }
 
 const FNV_LO = 0x84222325;
@@ -179,4 +250,40 @@ export class BlockKeyer {
     if (n > 0) this.hasher.chain(this.root(model, cacheSalt), tokens, 0, this.blockSize, n, out, 0);
     return out;
   }
+
+  /** The same keys as PackedKeys (the request side's form: one wasm call, no BigInt per block). */
+  packedKeys(
+    tokens: ArrayLike<number>,
+    model: string,
+    cacheSalt?: string | null,
+    maxBlocks = Infinity,
+  ): PackedKeys {
+    const n = Math.min(Math.floor(tokens.length / this.blockSize), maxBlocks);
+    if (n <= 0) return [];
+    const root = this.root(model, cacheSalt);
+    if (this.hasher.packed !== undefined) return this.hasher.packed(root, tokens, this.blockSize, n);
+    return packKeys(this.keys(tokens, model, cacheSalt, n));
+  }
+}
+
+/** BlockKeys as PackedKeys. */
+export function packKeys(keys: BlockKeys): PackedKeys {
+  const k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+  const out = new Array<number>(2 * keys.length);
+  for (let i = 0; i < keys.length; i++) {
+    out[2 * i] = k32[2 * i + LO];
+    out[2 * i + 1] = k32[2 * i + HI];
+  }
+  return out;
+}
+
+/** PackedKeys as BlockKeys. */
+export function unpackKeys(packed: PackedKeys): BlockKeys {
+  const out = new BigUint64Array(packed.length >>> 1);
+  const o32 = new Uint32Array(out.buffer);
+  for (let i = 0; i < out.length; i++) {
+    o32[2 * i + LO] = packed[2 * i];
+    o32[2 * i + HI] = packed[2 * i + 1];
+  }
+  return out;
 }

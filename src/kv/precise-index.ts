@@ -20,10 +20,11 @@
  *   first block is the newest: the tail of a sequence is evicted before its head, as vLLM frees blocks.
  * - Speculative entries (kvgate's own routing decisions) count as gpu until `now` passes their expiry
  *   and are confirmed by a BlockStored of the same key on that endpoint. Re-speculating touches the LRU.
- * - longestPrefix: per endpoint, the run of consecutive blocks from block 0 that it holds, and the sum of
- *   each block's best tier weight (gpu 1.0, cpu 0.8 by default; tiers without a weight count as absent).
+ * - longestPrefix / match: per endpoint, the run of consecutive blocks from block 0 that it holds, and the
+ *   sum of each block's best tier weight (gpu 1.0, cpu 0.8 by default; tiers without a weight count as
+ *   absent). One walk down the request's chain for all candidates (see match).
  */
-import { type BlockKeyer, type BlockKeys, HI, LO } from "./block-keys.ts";
+import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
 import {
@@ -33,11 +34,13 @@ import {
   type PreciseIndexCounters,
   type PreciseIndexOptions,
   type PreciseIndexStats,
+  PrefixMatches,
   type PrefixScores,
   TierTable,
 } from "./precise-types.ts";
 
 export type { PreciseIndexCounters, PreciseIndexOptions, PreciseIndexStats, PrefixScores };
+export { PrefixMatches };
 
 export class PreciseIndex {
   readonly keyer: BlockKeyer;
@@ -51,7 +54,12 @@ export class PreciseIndex {
   /** Per endpoint, lookup state (see longestPrefix); `base` makes earlier lookups' tags stale. */
   private tag = new Int32Array(16).fill(-1);
   private slot = new Int32Array(16);
+  private score = new Float64Array(16);
+  /** Candidates that hold block 0, in the order found (a lookup's scratch). */
+  private held = new Int32Array(16);
   private base = 0;
+  private epVersion = 0;
+  private readonly matches = new PrefixMatches();
   private scratch = new BigUint64Array(64);
   private scratch32 = new Uint32Array(this.scratch.buffer);
   private readonly one = new BigUint64Array(1);
@@ -121,6 +129,7 @@ export class PreciseIndex {
     this.eps.delete(endpointId);
     this.epModel[ep] = "";
     this.freeEps.push(ep);
+    this.epVersion++;
   }
 
   /** Drops every entry and forgets every endpoint; the allocated capacity is kept. Counters keep counting. */
@@ -130,22 +139,34 @@ export class PreciseIndex {
     this.epModel.length = 0;
     this.freeEps.length = 0;
     this.queue.clear();
+    this.epVersion++;
   }
 
   /**
    * Records that kvgate routed these keys to an endpoint: missing entries become speculative (gpu weight)
    * until now + ttl unless a BlockStored confirms them; existing ones are refreshed in the LRU.
    */
-  addSpeculative(endpointId: string, keys: BlockKeys, now: number, ttl = this.speculativeTtl): void {
+  addSpeculative(
+    endpointId: string,
+    keys: BlockKeys | PackedKeys,
+    now: number,
+    ttl = this.speculativeTtl,
+  ): void {
     this.expire(now);
     const ep = this.endpoint(endpointId);
     const s = this.store;
-    const k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+    let k32: ArrayLike<number> = keys as PackedKeys;
+    let L = 0;
+    if (keys instanceof BigUint64Array) {
+      k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+      L = LO;
+    }
+    const n = k32.length >>> 1;
     const exp = now + ttl;
     let anchor = NIL;
-    for (let i = 0; i < keys.length; i++) {
-      const lo = k32[2 * i + LO];
-      const hi = k32[2 * i + HI];
+    for (let i = 0; i < n; i++) {
+      const lo = k32[2 * i + L] >>> 0;
+      const hi = k32[2 * i + 1 - L] >>> 0;
       const e = s.entryFor(lo, hi, ep, anchor);
       if (e === NIL) return;
       if (s.created) {
@@ -175,16 +196,60 @@ export class PreciseIndex {
 
   /**
    * For each endpoint id: the number of consecutive blocks from block 0 it holds and the sum of their
-   * best tier weights. Unknown endpoints score 0. Cost: one key probe per matched block plus one step
-   * per endpoint holding that block.
+   * best tier weights. Unknown endpoints score 0. For tests and callers without an endpoint cache; the
+   * scheduler's producer resolves its candidates once (resolve) and calls match().
    */
-  longestPrefix(keys: BlockKeys, endpointIds: readonly string[], now: number): PrefixScores {
-    this.expire(now);
+  longestPrefix(keys: BlockKeys | PackedKeys, endpointIds: readonly string[], now: number): PrefixScores {
     const m = endpointIds.length;
     const scores = new Float64Array(m);
     const blocks = new Uint32Array(m);
-    // tag[ep] = base + (blocks matched so far) for the endpoints of this lookup; older tags are < base.
-    const n = keys.length;
+    const r = this.match(keys, this.resolve(endpointIds), now);
+    for (let i = 0; i < r.count; i++) {
+      blocks[r.pos[i]] = r.blocks[i];
+      scores[r.pos[i]] = r.scores[i];
+    }
+    return { scores, blocks };
+  }
+
+  /**
+   * Endpoint numbers of `ids` for match(): -1 for an id the index does not know. Valid while
+   * `endpointsVersion` is unchanged (a new or removed endpoint changes it).
+   */
+  resolve(ids: readonly string[]): Int32Array {
+    const out = new Int32Array(ids.length);
+    for (let j = 0; j < ids.length; j++) out[j] = this.eps.get(ids[j]) ?? -1;
+    return out;
+  }
+
+  /** Changes whenever an endpoint number is assigned or freed (resolve() results go stale). */
+  get endpointsVersion(): number {
+    return this.epVersion;
+  }
+
+  /**
+   * The longest prefix of `keys` each candidate holds, candidates given as resolve() numbers (by
+   * position). The chain is walked once: per block one key probe, then the block's holders (its entry
+   * list) are intersected with the candidates still matching, and the walk stops at the first block no
+   * candidate holds. Cost: one probe per matched block plus one step per (matched block, holder), plus
+   * one pass over the candidates. Only candidates with a match appear in the result, in no set order;
+   * the result's arrays are reused by the next call.
+   */
+  match(keys: BlockKeys | PackedKeys, eps: Int32Array, now: number): PrefixMatches {
+    this.expire(now);
+    const out = this.matches;
+    out.count = 0;
+    const m = eps.length;
+    let k32: ArrayLike<number>;
+    let lo = 0;
+    let hi = 1;
+    if (keys instanceof BigUint64Array) {
+      k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
+      lo = LO;
+      hi = HI;
+    } else k32 = keys;
+    const n = k32.length >>> 1;
+    if (n === 0 || m === 0 || this.store.size === 0) return out;
+    // tag[ep] = base + (blocks matched so far) for this lookup's candidates; older tags are < base.
     if (this.base + 2 * (n + 2) >= 0x7fffffff) {
       this.base = 0;
       this.tag.fill(-1);
@@ -192,26 +257,45 @@ export class PreciseIndex {
     const base = this.base;
     this.base += n + 2;
     const { tag, slot } = this;
-    let wanted = 0;
+    let dup = false;
     for (let j = 0; j < m; j++) {
-      const ep = this.eps.get(endpointIds[j]);
-      if (ep === undefined || tag[ep] >= base) continue;
-      tag[ep] = base;
-      slot[ep] = j;
-      wanted++;
+      const ep = eps[j];
+      if (ep < 0) continue;
+      if (tag[ep] === base) dup = true;
+      else {
+        tag[ep] = base;
+        slot[ep] = j;
+      }
     }
-    if (wanted === 0) return { scores, blocks };
     const s = this.store;
+    const keyTab = s.keys;
     const { eLink, eExp } = s;
-    const kHead = s.keys.head;
+    const rec = keyTab.rec;
     const weight = this.tiers.weight;
-    const k32 = new Uint32Array(keys.buffer, keys.byteOffset, n * 2);
-    for (let i = 0; i < n; i++) {
-      const k = s.keys.find(k32[2 * i + LO], k32[2 * i + HI]);
+    const score = this.score;
+    // Block 0: every candidate holding it starts a run (collected in `alive`).
+    let alive = 0;
+    const held = this.held;
+    let k = keyTab.find(k32[lo], k32[hi]);
+    if (k === NIL) return out;
+    for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
+      const epf = eLink[2 * e + 1];
+      const ep = epf & 0xffffff;
+      if (tag[ep] !== base) continue;
+      const f = epf >>> 24;
+      const w = weight[f];
+      if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
+      tag[ep] = base + 1;
+      score[ep] = w;
+      held[alive++] = ep;
+    }
+    // Blocks 1…: only the candidates still matching advance; stop when none does.
+    for (let i = 1, live = alive; i < n && live > 0; i++) {
+      k = keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
       if (k === NIL) break;
       const want = base + i;
       let advanced = 0;
-      for (let e = kHead[k]; e !== NIL; e = eLink[2 * e]) {
+      for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
         const epf = eLink[2 * e + 1];
         const ep = epf & 0xffffff;
         if (tag[ep] !== want) continue;
@@ -219,18 +303,32 @@ export class PreciseIndex {
         const w = weight[f];
         if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
         tag[ep] = want + 1;
-        scores[slot[ep]] += w;
+        score[ep] += w;
         advanced++;
       }
-      if (advanced === 0) break;
+      live = advanced;
     }
-    for (let j = 0; j < m; j++) {
-      const ep = this.eps.get(endpointIds[j]);
-      if (ep === undefined) continue;
-      blocks[j] = tag[ep] - base;
-      if (slot[ep] !== j) scores[j] = scores[slot[ep]];
+    if (out.pos.length < m) out.grow(m);
+    let c = 0;
+    if (!dup) {
+      for (let a = 0; a < alive; a++) {
+        const ep = held[a];
+        out.pos[c] = slot[ep];
+        out.blocks[c] = tag[ep] - base;
+        out.scores[c++] = score[ep];
+      }
+    } else {
+      // An id listed twice: every position of a matched endpoint gets its result.
+      for (let j = 0; j < m; j++) {
+        const ep = eps[j];
+        if (ep < 0 || tag[ep] <= base) continue;
+        out.pos[c] = j;
+        out.blocks[c] = tag[ep] - base;
+        out.scores[c++] = score[ep];
+      }
     }
-    return { scores, blocks };
+    out.count = c;
+    return out;
   }
 
   /** The tiers an endpoint holds a key on ("speculative" for a live guess), or null. For tests and debugging. */
@@ -289,7 +387,10 @@ export class PreciseIndex {
       this.tag = grow(this.tag);
       this.tag.fill(-1, this.tag.length / 2);
       this.slot = grow(this.slot);
+      this.held = grow(this.held);
+      this.score = new Float64Array(this.tag.length);
     }
+    this.epVersion++;
     return ep;
   }
 
@@ -318,8 +419,8 @@ export class PreciseIndex {
       const pe = s.findEngine(this.one32[LO], this.one32[HI], ep);
       if (pe !== NIL) {
         const k = s.eKey[pe];
-        this.one32[LO] = s.keys.lo[k];
-        this.one32[HI] = s.keys.hi[k];
+        this.one32[LO] = s.keys.lo(k);
+        this.one32[HI] = s.keys.hi(k);
         parent = this.one[0];
       } else if (ev.parentBlockHash !== 0n) return void c.unknownParent++;
     }

@@ -103,7 +103,7 @@ export class EntryStore {
   /** The entry of key record `k` on endpoint `ep`, or NIL. */
   findEntry(k: number, ep: number): number {
     const link = this.eLink;
-    for (let e = this.keys.head[k]; e !== NIL; e = link[2 * e]) if ((link[2 * e + 1] & REC) === ep) return e;
+    for (let e = this.keys.head(k); e !== NIL; e = link[2 * e]) if ((link[2 * e + 1] & REC) === ep) return e;
     return NIL;
   }
 
@@ -120,11 +120,11 @@ export class EntryStore {
     this.eLink[2 * e + 1] = ep; // flags 0
     this.eExp[e] = 0;
     this.ePrev[e] = this.eNext[e] = NIL;
-    const kh = this.keys.head[k];
+    const kh = this.keys.head(k);
     this.eKPrev[e] = NIL;
     this.eLink[2 * e] = kh;
     if (kh !== NIL) this.eKPrev[kh] = e;
-    this.keys.head[k] = e;
+    this.keys.setHead(k, e);
     while (this.epHead.length <= ep) {
       this.epHead.push(NIL);
       this.epSize.push(0);
@@ -145,9 +145,9 @@ export class EntryStore {
     const kp = this.eKPrev[e];
     const kn = this.eLink[2 * e];
     if (kp !== NIL) this.eLink[2 * kp] = kn;
-    else this.keys.head[k] = kn;
+    else this.keys.setHead(k, kn);
     if (kn !== NIL) this.eKPrev[kn] = kp;
-    if (this.keys.head[k] === NIL) this.keys.remove(k);
+    if (this.keys.head(k) === NIL) this.keys.remove(k);
     const ep = this.ep(e);
     const pp = this.eEpPrev[e];
     const pn = this.eEpNext[e];
@@ -170,7 +170,7 @@ export class EntryStore {
   entryFor(lo: number, hi: number, ep: number, anchor: number): number {
     if (!this.full) {
       const k = this.keys.getOrAdd(lo, hi);
-      const e = this.keys.head[k] === NIL ? NIL : this.findEntry(k, ep); // a new key has no entries
+      const e = this.keys.head(k) === NIL ? NIL : this.findEntry(k, ep); // a new key has no entries
       this.created = e === NIL;
       return this.created ? this.addEntry(k, ep) : e;
     }

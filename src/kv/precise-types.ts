@@ -21,6 +21,23 @@ export interface PrefixScores {
   blocks: Uint32Array;
 }
 
+/**
+ * The candidates with a match (blocks ≥ 1), sparse: entry i < count is candidate position pos[i] with
+ * blocks[i] consecutive blocks from block 0 and their tier-weighted score scores[i].
+ */
+export class PrefixMatches {
+  count = 0;
+  pos = new Int32Array(16);
+  blocks = new Uint32Array(16);
+  scores = new Float64Array(16);
+
+  grow(n: number): void {
+    this.pos = new Int32Array(n);
+    this.blocks = new Uint32Array(n);
+    this.scores = new Float64Array(n);
+  }
+}
+
 export interface PreciseIndexCounters {
   storedBlocks: number;
   removedBlocks: number;

@@ -24,9 +24,10 @@
  */
 import { z } from "zod";
 import { parseDuration } from "../../flow/duration.ts";
-import { BlockKeyer, type BlockKeys, h64Hasher } from "../../kv/block-keys.ts";
+import { BlockKeyer, type PackedKeys, xxh64BlockHasher } from "../../kv/block-keys.ts";
 import { PreciseIndex } from "../../kv/precise-index.ts";
 import { MAX_ENTRIES } from "../../kv/precise-store.ts";
+import type { Hasher } from "../hash.ts";
 import type { PluginHandle } from "../plugin-spec.ts";
 import { spec } from "../plugin-spec.ts";
 import type {
@@ -97,7 +98,8 @@ export class PreciseMatchInfo extends MapMatchInfo {
     /** Endpoints with a match: weighted score (matchBlocks) and plain block count (heldBlocks). */
     scores: Map<string, number>,
     readonly held: Map<string, number>,
-    readonly keys: BlockKeys,
+    /** The request's block keys (PackedKeys), for speculative indexing after the pick. */
+    readonly keys: PackedKeys,
   ) {
     super(totalBlocks, blockSizeTokens, promptTokens, scores);
   }
@@ -120,18 +122,22 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
   #withoutTokens = 0;
   #hitBlocks = 0;
   #lookupBlocks = 0;
+  /** The last candidate list's endpoint numbers (index.resolve), reused while the list and the index's endpoints are unchanged. */
+  #candidates: readonly EndpointState[] = [];
+  #eps: Int32Array = new Int32Array(0);
+  #epsVersion = -1;
 
   constructor(
     name: string,
     readonly params: PrecisePrefixParams,
-    h64: (data: Uint8Array, seed: bigint) => bigint,
+    hasher: Hasher,
   ) {
     this.typedName = { type: PRECISE_PREFIX_TYPE, name };
     this.#key = prefixKey(name);
     this.blockSizeTokens = params.tokenProcessorConfig?.blockSizeTokens ?? params.blockSizeTokens;
     this.#speculativeTtl = parseDuration(params.speculativeTTL) as number;
     this.index = new PreciseIndex({
-      keyer: new BlockKeyer({ hasher: h64Hasher(h64), blockSize: this.blockSizeTokens }),
+      keyer: new BlockKeyer({ hasher: xxh64BlockHasher(hasher), blockSize: this.blockSizeTokens }),
       maxEntries: params.maxIndexEntries,
       tierWeights: Object.fromEntries(params.kvCacheBackendConfigs.map((b) => [b.name, b.weight])),
       speculativeTtl: this.#speculativeTtl,
@@ -155,22 +161,35 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
       this.#withoutTokens++;
       return;
     }
-    const keys = this.index.keyer.keys(req.tokenIds, req.model, req.cacheSalt);
+    const keys = this.index.keyer.packedKeys(req.tokenIds, req.model, req.cacheSalt);
     const scores = new Map<string, number>();
     const held = new Map<string, number>();
     if (keys.length > 0 && candidates.length > 0) {
-      const ids = candidates.map((c) => c.id);
-      const r = this.index.longestPrefix(keys, ids, cycle.now);
-      for (let i = 0; i < ids.length; i++) {
-        if (r.blocks[i] === 0) continue;
-        scores.set(ids[i], r.scores[i]);
-        held.set(ids[i], r.blocks[i]);
+      const r = this.index.match(keys, this.#resolve(candidates), cycle.now);
+      for (let i = 0; i < r.count; i++) {
+        const id = candidates[r.pos[i]].id;
+        scores.set(id, r.scores[i]);
+        held.set(id, r.blocks[i]);
       }
     }
     cycle.set(
       this.#key,
-      new PreciseMatchInfo(keys.length, this.blockSizeTokens, req.tokenIds.length, scores, held, keys),
+      new PreciseMatchInfo(keys.length >>> 1, this.blockSizeTokens, req.tokenIds.length, scores, held, keys),
     );
+  }
+
+  /** The candidates' endpoint numbers in the index; re-resolved only when the list holds other objects or the index's endpoints changed. */
+  #resolve(candidates: readonly EndpointState[]): Int32Array {
+    const last = this.#candidates;
+    const n = candidates.length;
+    let same = n === last.length && this.#epsVersion === this.index.endpointsVersion;
+    for (let i = 0; same && i < n; i++) same = candidates[i] === last[i];
+    if (!same) {
+      this.#eps = this.index.resolve(candidates.map((c) => c.id));
+      this.#candidates = candidates.slice();
+      this.#epsVersion = this.index.endpointsVersion;
+    }
+    return this.#eps;
   }
 
   preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
@@ -228,6 +247,6 @@ export const precisePrefixSpec = spec({
   factory: (name, params, handle: PluginHandle) => {
     const hasher = handle.hasher;
     if (hasher === null) throw new Error(`${PRECISE_PREFIX_TYPE} "${name}" needs a hasher`);
-    return new PrecisePrefixProducer(name, params, (data, seed) => hasher.h64(data, seed));
+    return new PrecisePrefixProducer(name, params, hasher);
   },
 });

@@ -38,7 +38,16 @@ const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 /** The flattened prompt of the cycle's request, computed once per request. */
 export function flatPrompt(cycle: CycleState, hasher: Hasher | null): FlatPrompt {
-  return cycle.get(PROMPT_KEY) ?? cycle.memo(PROMPT_KEY, () => flattenPrompt(cycle.request, hasher));
+  const memo = cycle.get(PROMPT_KEY);
+  if (memo !== undefined) return memo;
+  const req = cycle.request;
+  if (req.tokenIds !== undefined && req.tokenIds.length > 0) {
+    // Token ids: their count needs no copy (precise mode's consumers ask only for it); segments on first use.
+    const lazy = new LazyFlatPrompt(req, hasher, req.tokenIds.length);
+    cycle.set(PROMPT_KEY, lazy);
+    return lazy;
+  }
+  return cycle.memo(PROMPT_KEY, () => flattenPrompt(req, hasher));
 }
 
 /**
