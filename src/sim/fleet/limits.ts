@@ -117,7 +117,6 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   /** Blocks computed so far → 1 once some later request reused them, else 0. */
   const seen = new Map<number, number>();
   let reused = 0;
-  const seenGroups = new Set<string>();
   const groupResident = new Map<string, number>();
   for (const r of reqs) {
     const p = promptOf(r);
@@ -128,13 +127,14 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     if (g !== undefined) {
       let earlier = groups.get(g);
       if (earlier === undefined) groups.set(g, (earlier = []));
-      let best = 0;
-      for (const q of earlier) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
-      if (seenGroups.has(g)) {
+      // The group's first request computes its prefix; later ones reuse what an earlier one shares.
+      if (earlier.length > 0) {
+        let best = 0;
+        for (const q of earlier) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
         const shared = Math.min(best, cap);
         groupHits += shared * bs;
         groupResident.set(g, Math.max(groupResident.get(g) ?? 0, shared * bs));
-      } else seenGroups.add(g);
+      }
       if (!earlier.includes(p)) earlier.push(p);
     }
     let k = 0;

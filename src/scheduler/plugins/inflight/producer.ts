@@ -28,6 +28,7 @@ import { inflightKey, prefixKey } from "../data.ts";
 import { flatPrompt } from "../prefix/hashing.ts";
 import { PREFILL_PROFILE } from "../prefix/producer.ts";
 import { PrefillRateEstimator } from "./prefill-rate.ts";
+import { RecentPicks } from "./recent-picks.ts";
 
 export const INFLIGHT_TYPE = "inflight-load-producer";
 
@@ -139,9 +140,10 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     const entries = this.#records.get(req.requestId);
     if (entries === undefined) return;
     this.#reattribute(entries, endpointId);
-    const primary = entries.find((e) => e.profile !== PREFILL_PROFILE);
-    if (primary !== undefined && entries.length === 1)
-      this.prefillRates.observe(primary.endpointId, primary.pickedAt, now, primary.promptTokens);
+    // One entry, not a P/D prefill leg: its first token timed this endpoint's prefill.
+    const [only] = entries;
+    if (entries.length === 1 && only.profile !== PREFILL_PROFILE)
+      this.prefillRates.observe(only.endpointId, only.pickedAt, now, only.promptTokens);
     for (const e of entries) {
       if (e.profile === PREFILL_PROFILE) this.#release(e, true);
       else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
@@ -306,39 +308,6 @@ class InflightView implements InFlightInfo {
     const info = this.info;
     if (info === null) return this.tail;
     return Math.max(0, this.indexed - info.matchBlocks(id) * this.blockSize) + this.tail;
-  }
-}
-
-/** Per endpoint, the last few seconds of picks: (time, uncached prompt tokens), oldest first. */
-class RecentPicks {
-  readonly #at = new Map<string, { t: number[]; tokens: number[] }>();
-  /** Picks older than this many seconds before the newest are dropped (scrapes are far fresher). */
-  static readonly KEEP_S = 5;
-
-  add(id: string, t: number, tokens: number): void {
-    let r = this.#at.get(id);
-    if (r === undefined) this.#at.set(id, (r = { t: [], tokens: [] }));
-    r.t.push(t);
-    r.tokens.push(tokens);
-    let drop = 0;
-    while (drop < r.t.length && r.t[drop] < t - RecentPicks.KEEP_S) drop++;
-    if (drop > 0) {
-      r.t.splice(0, drop);
-      r.tokens.splice(0, drop);
-    }
-  }
-
-  /** Uncached prompt tokens picked for `id` after time `since`. */
-  since(id: string, since: number): number {
-    const r = this.#at.get(id);
-    if (r === undefined) return 0;
-    let sum = 0;
-    for (let i = r.t.length - 1; i >= 0 && r.t[i] > since; i--) sum += r.tokens[i];
-    return sum;
-  }
-
-  retain(pool: ReadonlySet<string>): void {
-    for (const id of [...this.#at.keys()]) if (!pool.has(id)) this.#at.delete(id);
   }
 }
 

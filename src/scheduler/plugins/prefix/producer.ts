@@ -35,8 +35,6 @@ export const PREFILL_PROFILE = "prefill";
 export const approxPrefixParams = z.strictObject({
   autoTune: z.boolean().default(true),
   blockSizeTokens: z.number().int().positive().default(16),
-  /** Deprecated (characters); mapped onto blockSizeTokens when that is left at its default. */
-  blockSize: z.number().int().positive().optional(),
   maxPrefixBlocksToMatch: z.number().int().nonnegative().default(2048),
   maxPrefixTokensToMatch: z.number().int().nonnegative().default(131072),
   lruCapacityPerServer: z.number().int().positive().default(31250),
@@ -82,7 +80,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   /** Effective block size: endpoint metric under autoTune, else configured; floored at 64. */
   blockSize(endpoints: readonly EndpointState[]): number {
     const p = this.params;
-    let bs = p.blockSize !== undefined && p.blockSizeTokens === 16 ? p.blockSize : p.blockSizeTokens;
+    let bs = p.blockSizeTokens;
     const m = endpoints[0]?.metrics;
     if (p.autoTune && m?.cacheBlockSize !== undefined && m.cacheBlockSize > 0) bs = m.cacheBlockSize;
     return Math.max(bs, MIN_BLOCK_SIZE_TOKENS);
@@ -191,7 +189,6 @@ export const approxPrefixSpec = spec({
   summary: "Approximate prefix index learned from routing decisions; writes prefix match info.",
   params: approxPrefixParams,
   produces: ["prefix-match-info"],
-  deprecatedParams: { blockSize: "blockSizeTokens" },
   factory: (name, params, handle: PluginHandle) => {
     if (handle.hasher === null) throw new Error(`${APPROX_PREFIX_TYPE} "${name}" needs a hasher`);
     return new ApproxPrefixProducer(name, params, handle.hasher);
