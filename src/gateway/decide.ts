@@ -136,8 +136,10 @@ export interface Decision {
   /** The request as the scheduler saw it, without its prompt (kept for the response hooks). */
   facts: RequestFacts;
   labels: ReqLabels;
-  /** The pick first, then the primary profile's fallbacks. */
+  /** The pick first, then the primary profile's fallbacks (failover order). */
   targets: string[];
+  /** How many of `targets` the picker chose (its maxNumOfEndpoints): the destination list. */
+  picked: number;
   /** The prefill endpoint when the scheduler chose one for a disaggregated request. */
   prefillHost: string | null;
   /** The model the client asked for (facts.model is the one sent, after any rewrite). */
@@ -222,9 +224,9 @@ export async function decide(
   routing.scheduler.onPicked(facts, result, now);
   observePrefix(gw, routing, before); // the producers count hits when they learn the pick
 
+  const primary = result.profiles[result.primaryProfile];
   const targets = [target.id];
-  for (const f of result.profiles[result.primaryProfile]?.fallbacks ?? [])
-    if (!targets.includes(f.id)) targets.push(f.id);
+  for (const f of primary?.fallbacks ?? []) if (!targets.includes(f.id)) targets.push(f.id);
   const prefill = result.profiles.prefill?.target;
   const prefillHost = prefill && result.primaryProfile !== "prefill" ? prefill.id : null;
   let out: Buffer | null = null;
@@ -241,6 +243,7 @@ export async function decide(
       facts: withoutPrompt(facts),
       labels,
       targets,
+      picked: Math.max(1, Math.min(primary?.picked ?? 1, targets.length)),
       prefillHost,
       clientModel: parsed.model,
       rewrite,
