@@ -14,26 +14,20 @@ import { randomUUID } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { StringDecoder } from "node:string_decoder";
 import { status as GrpcStatus } from "@grpc/grpc-js";
-import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { ModelRewrite } from "../../datalayer/pool-resources.ts";
 import type { Rng } from "../../scheduler/rng.ts";
-import { type DecideResult, decide, hostOf } from "../decide.ts";
+import { type DecideResult, decide } from "../decide.ts";
 import { GatewayError } from "../errors.ts";
 import type { Gateway } from "../gateway.ts";
-import { isControlHeader } from "../headers.ts";
 import type { ApiRoute } from "../request-body.ts";
-import { encodeSessionToken } from "../routing.ts";
-import { Flight } from "./flight.ts";
+import { answerResponseBody, answerResponseHeaders, Flight } from "./flight.ts";
 import {
-  DESTINATION_HEADER,
   first,
   type Headers,
   immediate,
-  lbMetadata,
   readHeaders,
   servedEndpoint,
   setHeader,
-  streamedBody,
   subsetHint,
 } from "./messages.ts";
 import type { EppMetrics, StreamOutcome } from "./metrics.ts";
@@ -46,6 +40,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from "./proto.ts";
+import { answerRequest, pickMutation, randomReady } from "./request-answer.ts";
 
 /** What a stream needs from the server around it. */
 export interface EppContext {
@@ -263,13 +258,6 @@ export class ProcessStream {
     for (const m of q) this.onMessage(m);
   }
 
-  /** Control headers the client sent: removed, so none reaches a replica or its sidecar. */
-  #mutation(dest: readonly string[], extra: HeaderMutation["set_headers"] = []): HeaderMutation {
-    const set = [setHeader(DESTINATION_HEADER, dest.join(",")), ...extra];
-    if (this.#requestId) set.push(setHeader("x-request-id", this.#requestId));
-    return { set_headers: set, remove_headers: Object.keys(this.#headers).filter(isControlHeader) };
-  }
-
   #answer(
     dest: readonly string[],
     mutation: HeaderMutation,
@@ -277,21 +265,7 @@ export class ProcessStream {
     replaced: Buffer | null,
     end: boolean,
   ) {
-    const dynamic_metadata = lbMetadata(dest);
-    if (body && this.#reqMode === BodySendMode.BUFFERED) {
-      const response = {
-        header_mutation: mutation,
-        clear_route_cache: true,
-        ...(replaced ? { body_mutation: { body: replaced } } : {}),
-      };
-      this.#send({ request_body: { response }, dynamic_metadata });
-    } else {
-      this.#send({
-        request_headers: { response: { header_mutation: mutation, clear_route_cache: true } },
-        dynamic_metadata,
-      });
-      if (body) for (const r of streamedBody("request_body", body, end)) this.#send(r);
-    }
+    for (const r of answerRequest(this.#reqMode, dest, mutation, body, replaced, end)) this.#send(r);
     this.#chunks = [];
     this.#phase = "request-done";
   }
@@ -308,28 +282,21 @@ export class ProcessStream {
     const extra = [];
     if (d.body) extra.push(setHeader("content-length", String(d.body.length)));
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
-    this.#answer(dest, this.#mutation(dest, extra), d.body ? [d.body] : this.#chunks, d.body, end);
+    this.#answer(
+      dest,
+      pickMutation(this.#headers, dest, extra, this.#requestId),
+      d.body ? [d.body] : this.#chunks,
+      d.body,
+      end,
+    );
   }
 
-  /** No body to decide on (or a path kvgate does not parse): a ready endpoint at random, as llm-d. */
+  /** No body to decide on, or a path kvgate does not parse. */
   #passthrough(withBody: boolean, end: boolean) {
-    const gw = this.#ctx.gw;
-    const c = gw.data.store.candidates(null, monotonicSeconds());
-    const subset = subsetHint(this.#meta);
-    const hosts = subset ? new Set(subset.map(hostOf)) : null;
-    const eligible = c.ok ? (hosts ? c.candidates.filter((e) => hosts.has(hostOf(e.id))) : c.candidates) : [];
-    if (eligible.length === 0)
-      return this.#reject(
-        new GatewayError(
-          503,
-          "no endpoint is ready to serve this request; wait for the pool's replicas to become ready",
-          {
-            reason: "rejected-no-endpoints",
-          },
-        ),
-      );
-    const dest = [eligible[this.#ctx.rng.int(eligible.length)].id];
-    this.#answer(dest, this.#mutation(dest), withBody ? this.#chunks : null, null, end);
+    const pick = randomReady(this.#ctx.gw, subsetHint(this.#meta), this.#ctx.rng);
+    if (pick instanceof GatewayError) return this.#reject(pick);
+    const mutation = pickMutation(this.#headers, [pick], [], this.#requestId);
+    this.#answer([pick], mutation, withBody ? this.#chunks : null, null, end);
   }
 
   #onResponseHeaders(h: HttpHeaders) {
@@ -339,19 +306,7 @@ export class ProcessStream {
       return this.#protocolError(
         "response_headers arrived before kvgate answered the request; the proxy must wait for the request's answer",
       );
-    const hs = readHeaders(h.headers);
-    const f = this.#flight;
-    const mutation: HeaderMutation = {};
-    if (f) {
-      const status = Number(first(hs, ":status") ?? 0);
-      const eventStream = (first(hs, "content-type") ?? "").includes("text/event-stream");
-      f.started(servedEndpoint(this.#meta), status, eventStream);
-      const tokenHeader = f.decision.routing.sessionTokenHeader;
-      if (tokenHeader) mutation.set_headers = [setHeader(tokenHeader, encodeSessionToken(f.served))];
-      // A restored model name can change the body's length.
-      if (f.restorer && hs["content-length"] !== undefined) mutation.remove_headers = ["content-length"];
-    }
-    this.#send({ response_headers: { response: { header_mutation: mutation } } });
+    this.#send(answerResponseHeaders(this.#flight, readHeaders(h.headers), servedEndpoint(this.#meta)));
     this.#phase = "response";
     if (h.end_of_stream) this.#responseEnded();
   }
@@ -362,10 +317,7 @@ export class ProcessStream {
       return this.#protocolError("response_body arrived before response_headers");
     const chunk = b.body ?? EMPTY;
     const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
-    const out = this.#flight ? this.#flight.body(chunk, end) : chunk;
-    if (this.#respMode === BodySendMode.FULL_DUPLEX_STREAMED)
-      for (const r of streamedBody("response_body", [out], end)) this.#send(r);
-    else this.#send({ response_body: { response: out === chunk ? {} : { body_mutation: { body: out } } } });
+    for (const r of answerResponseBody(this.#flight, this.#respMode, chunk, end)) this.#send(r);
     if (end) this.#responseEnded();
   }
 
