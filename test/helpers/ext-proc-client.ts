@@ -213,14 +213,20 @@ export async function startPool(
   load: { waiting?: number; kv?: number } = {},
   models: string[] = ["m"],
   metricsOk = true,
+  /** Loopback addresses to listen on, one per replica (default 127.0.0.1 for all). */
+  hosts: string[] = [],
 ): Promise<FakeServer[]> {
   return Promise.all(
-    Array.from({ length: n }, () =>
-      startFake({
-        "GET /metrics": (_q, res) =>
-          void (metricsOk ? res.writeHead(200).end(vllmMetrics(load)) : res.writeHead(500).end()),
-        "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList(...models)),
-      }),
+    Array.from({ length: n }, (_, i) =>
+      startFake(
+        {
+          "GET /metrics": (_q, res) =>
+            void (metricsOk ? res.writeHead(200).end(vllmMetrics(load)) : res.writeHead(500).end()),
+          "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList(...models)),
+        },
+        0,
+        hosts[i] ?? "127.0.0.1",
+      ),
     ),
   );
 }
