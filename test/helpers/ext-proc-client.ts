@@ -240,7 +240,7 @@ export async function startPool(
 
 export async function startTestEpp(pool: FakeServer[], opts: Partial<EppOptions> = {}): Promise<EppHandle> {
   const epp = await startEpp({
-    endpoints: pool.map((f) => f.id).join(","),
+    ...(opts.source ? {} : { endpoints: pool.map((f) => f.id).join(",") }),
     grpcHost: "127.0.0.1",
     grpcPort: 0,
     grpcHealthPort: 0,
