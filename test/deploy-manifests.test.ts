@@ -21,6 +21,7 @@ import { parse, parseAllDocuments } from "yaml";
 import { CONTROL_HEADERS } from "../src/gateway/headers.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { EnvoyProtos } from "./helpers/envoy-proto-check.ts";
+import { checkK8s, MODEL_OF_KIND } from "./helpers/k8s-schema-check.ts";
 
 const ROOT = fileURLToPath(new URL("../", import.meta.url));
 const read = (rel: string) => readFileSync(`${ROOT}${rel}`, "utf8");
@@ -81,6 +82,8 @@ function checkCommon(docs: Obj[], dir: string): void {
     assert.equal(d.metadata.namespace, undefined, `${where}: names no namespace (kubectl apply -n decides)`);
     const key = `${d.kind}/${d.metadata.name}`;
     assert.ok(!seen.has(key), `deploy/${dir}: ${key} twice`);
+    const model = MODEL_OF_KIND[d.kind];
+    if (model !== undefined) assert.deepEqual(checkK8s(d, model), [], `${where}: fields of ${model}`);
     seen.add(key);
   }
 }
@@ -277,6 +280,21 @@ async function checkPicker(docs: Obj[]): Promise<void> {
   checkRbac(docs, podSpec.serviceAccountName);
 }
 
+test("the Kubernetes field check rejects misspelt fields and wrong value types", () => {
+  const dep = parse(read("deploy/base/deployment.yaml")) as Obj;
+  assert.deepEqual(checkK8s(dep, "V1Deployment"), []);
+  const c = dep.spec.template.spec.containers[0];
+  c.readinesProbe = c.readinessProbe;
+  c.ports[0].containerPort = "9002";
+  dep.spec.template.metadata.labels.tier = 1;
+  const problems = checkK8s(dep, "V1Deployment");
+  assert.deepEqual(problems, [
+    "$.spec.template.metadata.labels.tier: expected a string, got 1",
+    '$.spec.template.spec.containers[0].ports[0].containerPort: expected a number, got "9002"',
+    '$.spec.template.spec.containers[0].readinesProbe: V1Container has no field "readinesProbe"',
+  ]);
+});
+
 test("deploy/base/epp-config.yaml is config/examples/default.yaml (kustomize reads only its own directory)", () => {
   assert.equal(read("deploy/base/epp-config.yaml"), read("config/examples/default.yaml"));
 });
@@ -375,6 +393,7 @@ test("deploy/monitoring renders a ServiceMonitor for the picker's metrics port",
 
 test("deploy/examples/vllm-deployment.yaml: pods the pool selects, with prefix caching and KV events", () => {
   const dep = parse(read("deploy/examples/vllm-deployment.yaml")) as Obj;
+  assert.deepEqual(checkK8s(dep, "V1Deployment"), []);
   const pool = parse(read("deploy/base/inferencepool.yaml")) as Obj;
   const pod = dep.spec.template;
   assert.ok(matches(dep.spec.selector.matchLabels, pod.metadata.labels));
