@@ -120,6 +120,18 @@ test("deploy/overlays/gateway renders: a Gateway and an HTTPRoute to the Inferen
     });
 });
 
+test("deploy/overlays/gateway-istio renders: Istio speaks TLS to the picker's Service", {
+  skip,
+}, async () => {
+  const docs = render("overlays/gateway-istio");
+  checkCommon(docs, "overlays/gateway-istio");
+  await checkPicker(docs);
+  one(docs, "HTTPRoute");
+  const rule = one(docs, "DestinationRule");
+  assert.equal(rule.spec.host, one(docs, "InferencePool").spec.endpointPickerRef.name);
+  assert.equal(rule.spec.trafficPolicy.tls.mode, "SIMPLE");
+});
+
 test("deploy/overlays/standalone-envoy renders: Envoy runs deploy/envoy/envoy.yaml unchanged", {
   skip,
 }, async () => {

@@ -30,6 +30,7 @@ export const API_VERSIONS: Record<string, string> = {
   Gateway: "gateway.networking.k8s.io/v1",
   HTTPRoute: "gateway.networking.k8s.io/v1",
   ServiceMonitor: "monitoring.coreos.com/v1",
+  DestinationRule: "networking.istio.io/v1",
 };
 export const DNS1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
