@@ -124,8 +124,10 @@ export class ProcessStream {
   /** The client ended its side (`end`) or the stream is gone (cancelled, error). */
   onClose(clean: boolean): void {
     if (this.#phase === "closed") return;
-    const finished = this.#phase === "response-done";
-    this.#close(!this.#flight ? "passthrough" : finished ? "completed" : "client-disconnect");
+    // With response_body_mode NONE the response ends when Envoy closes the stream.
+    if (clean && this.#phase === "response" && this.#respMode === BodySendMode.NONE) this.#responseEnded();
+    const answered = this.#phase === "response-done" || (this.#phase === "request-done" && !this.#flight);
+    this.#close(!answered ? "client-disconnect" : this.#flight ? "completed" : "passthrough");
     this.#flight?.complete(false);
     if (clean) this.#io.end();
   }
