@@ -1,6 +1,6 @@
 /**
  * What kvgate tells Envoy once it knows where a request goes: the header mutation (the destination
- * list, a generated x-request-id, content-length when the body changed, x-prefiller-host-port when a
+ * list, a generated x-request-id, the body's content-length, x-prefiller-host-port when a
  * prefill endpoint was chosen, and removal of every control header the client sent — llm-d only skips
  * re-setting them, so a forged one still reaches the replica), the `envoy.lb` dynamic metadata, and
  * the body: streamed_response chunks in FULL_DUPLEX_STREAMED, one BodyResponse in BUFFERED (where a

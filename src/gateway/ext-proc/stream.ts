@@ -282,7 +282,9 @@ export class ProcessStream {
     if (this.#phase === "closed") return this.#flight.complete(false); // the stream went away meanwhile
     const dest = d.targets.slice(0, d.picked);
     const extra = [];
-    if (d.body) extra.push(setHeader("content-length", String(d.body.length)));
+    // Whenever there is a body, as llm-d's generateHeaders does: the length of exactly the bytes sent on.
+    const length = d.body ? d.body.length : this.#bytes;
+    if (length > 0) extra.push(setHeader("content-length", String(length)));
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
     this.#answer(
       dest,
@@ -297,7 +299,8 @@ export class ProcessStream {
   #passthrough(withBody: boolean, end: boolean) {
     const pick = randomReady(this.#ctx.gw, subsetHint(this.#meta), this.#ctx.rng);
     if (pick instanceof GatewayError) return this.#reject(pick);
-    const mutation = pickMutation(this.#headers, [pick], [], this.#requestId);
+    const extra = withBody && this.#bytes > 0 ? [setHeader("content-length", String(this.#bytes))] : [];
+    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId);
     this.#answer([pick], mutation, withBody ? this.#chunks : null, null, end);
   }
 
