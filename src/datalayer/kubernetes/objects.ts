@@ -119,6 +119,15 @@ export function parsePool(obj: unknown, group: string): PoolInfo {
   if (!isRecord(spec)) throw new KubeObjectError(`${where}: spec is required`);
   let matchLabels: Record<string, string>;
   let targetPorts: number[];
+  const v1Shape = isRecord(spec.selector) && isRecord(spec.selector.matchLabels);
+  if (group === POOL_GROUP_V1ALPHA2 && v1Shape)
+    throw new KubeObjectError(
+      `${where}: has the v1 shape (selector.matchLabels); use --pool-group ${POOL_GROUP_V1}`,
+    );
+  if (group !== POOL_GROUP_V1ALPHA2 && spec.targetPortNumber !== undefined)
+    throw new KubeObjectError(
+      `${where}: has the v1alpha2 shape (targetPortNumber); use --pool-group ${POOL_GROUP_V1ALPHA2}`,
+    );
   if (group === POOL_GROUP_V1ALPHA2) {
     matchLabels = stringMap(spec.selector, `${where}: spec.selector`);
     targetPorts = [port(spec.targetPortNumber, `${where}: spec.targetPortNumber`)];
