@@ -3,6 +3,9 @@
  * against the in-process fake API server (list + chunked watch, 410, bookmarks, absent CRDs).
  */
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { DataLayer } from "../src/datalayer/datalayer.ts";
 import { type KubernetesPool, startKubernetesPool } from "../src/datalayer/kubernetes/pool.ts";
@@ -445,6 +448,15 @@ test("absent CRDs are skipped with one log line and picked up when installed; po
       () => [...p.resources().objectives.keys()].join(),
       (v) => v === "new-obj",
     );
+    // llm-d's CRD is uninstalled while watched: its objects go, the legacy ones are used again.
+    api.setAbsent(OBJECTIVES, true);
+    api.endWatches();
+    await until(
+      "fallback to legacy after uninstall",
+      () => [...p.resources().objectives.keys()].join(),
+      (v) => v === "legacy-obj",
+    );
+    api.setAbsent(OBJECTIVES, false);
     api.apply(PODS, pod("nocrd-1", { ip: "10.7.0.2", labels: { app: "nocrd" } }));
     await until(
       "pods still tracked",
@@ -507,5 +519,51 @@ test("the discovered source feeds the gateway's DataLayer: endpoints appear in a
     await p.close();
     api.remove(POOLS, "dl");
     api.remove(PODS, "dl-1");
+  }
+});
+
+test("a kubeconfig file is read (as from KUBECONFIG); with no configuration at all the error says what to do", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-kube-"));
+  const file = join(dir, "config");
+  writeFileSync(
+    file,
+    `apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "${api.url}", insecure-skip-tls-verify: true}}]
+users: [{name: me, user: {token: t0ken}}]
+contexts: [{name: fake, context: {cluster: fake, user: me}}]
+current-context: fake
+`,
+  );
+  api.apply(POOLS, poolV1("kc", { app: "kc" }, [8000]));
+  api.apply(PODS, pod("kc-0", { ip: "10.10.0.1", labels: { app: "kc" } }));
+  const env = { KUBECONFIG: process.env.KUBECONFIG, HOME: process.env.HOME };
+  const p = startKubernetesPool({
+    poolName: "kc",
+    namespace: NS,
+    kubeconfig: file,
+    log: () => {},
+    retry: fast,
+  });
+  try {
+    await p.ready;
+    assert.deepEqual(ids(p), ["10.10.0.1:8000"]);
+    // The kubeconfig's credentials go with every request, lists and watches alike.
+    const mine = () => api.requests.filter((r) => r.query.get("fieldSelector") === "metadata.name=kc");
+    await until("pool watched", mine, (rs) => rs.some((r) => r.query.get("watch") === "true"));
+    for (const r of mine()) assert.equal(r.authorization, "Bearer t0ken");
+    delete process.env.KUBECONFIG;
+    process.env.HOME = dir; // no ~/.kube/config there, and no service account on this machine
+    assert.throws(
+      () => startKubernetesPool({ poolName: "kc", namespace: NS, log: () => {} }),
+      /no cluster configured; run inside a pod with a service account, or set KUBECONFIG/,
+    );
+  } finally {
+    if (env.KUBECONFIG !== undefined) process.env.KUBECONFIG = env.KUBECONFIG;
+    process.env.HOME = env.HOME;
+    await p.close();
+    api.remove(POOLS, "kc");
+    api.remove(PODS, "kc-0");
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -94,7 +94,8 @@ export class FakeKubeApi {
   readonly #absent = new Set<string>();
   readonly #watches = new Set<OpenWatch>();
   /** Every request, for assertions on what the client asked for. */
-  readonly requests: Array<{ method: string; path: string; query: URLSearchParams }> = [];
+  readonly requests: Array<{ method: string; path: string; query: URLSearchParams; authorization?: string }> =
+    [];
 
   private constructor(server: Server) {
     this.#server = server;
@@ -267,7 +268,12 @@ export class FakeKubeApi {
 
   handle(req: IncomingMessage, res: ServerResponse): unknown {
     const url = new URL(req.url ?? "/", this.url);
-    this.requests.push({ method: req.method ?? "GET", path: url.pathname, query: url.searchParams });
+    this.requests.push({
+      method: req.method ?? "GET",
+      path: url.pathname,
+      query: url.searchParams,
+      authorization: req.headers.authorization,
+    });
     const json = (code: number, body: unknown) => {
       res.writeHead(code, { "content-type": "application/json" });
       res.end(JSON.stringify(body));

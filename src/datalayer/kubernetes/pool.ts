@@ -71,7 +71,11 @@ export function loadKubeConfig(kubeconfig?: KubeConfig | string): KubeConfig {
   const kc = new KubeConfig();
   if (typeof kubeconfig === "string") kc.loadFromFile(kubeconfig);
   else kc.loadFromDefault();
-  if (!kc.getCurrentCluster())
+  const cluster = kc.getCurrentCluster();
+  // With nothing configured, client-node falls back to http://localhost:8080, which is never right.
+  const fallback =
+    !process.env.KUBECONFIG && cluster?.name === "cluster" && cluster.server === "http://localhost:8080";
+  if (!cluster || (typeof kubeconfig !== "string" && fallback))
     throw new Error(
       "Kubernetes: no cluster configured; run inside a pod with a service account, or set KUBECONFIG to a kubeconfig file with a current context",
     );

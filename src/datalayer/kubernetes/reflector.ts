@@ -69,6 +69,7 @@ export class Reflector<T> {
   #synced = false;
   #absent = false;
   #loop: Promise<void> | null = null;
+  #lastFailure: string | null = null;
 
   constructor(opts: ReflectorOptions<T>) {
     this.#o = opts;
@@ -124,13 +125,15 @@ export class Reflector<T> {
           }
           await this.#sleep(this.#o.absentRetryMs ?? 30_000);
         } else {
-          this.#o.log(`kvgate: ${this.#o.what}: list failed, retrying in ${delay} ms: ${describe(err)}`);
+          this.#failure(`list failed: ${describe(err)}`, delay);
           await this.#sleep(delay);
           delay = Math.min(max, delay * 2);
         }
         continue;
       }
       if (this.#absent) this.#o.log(`kvgate: ${this.#o.what}: now served by the API server`);
+      if (this.#lastFailure !== null) this.#o.log(`kvgate: ${this.#o.what}: listed again after failures`);
+      this.#lastFailure = null;
       this.#absent = false;
       this.#replace(listed);
       this.#synced = true;
@@ -153,14 +156,25 @@ export class Reflector<T> {
           continue;
         }
         const err = end.err;
+        // The resource type went away (CRD deleted): the list says so, once, and clears the cache.
+        if (statusOf(err) === 404) break;
         const timeout = err instanceof Error && err.name === "TimeoutError";
         if (!timeout) {
-          this.#o.log(`kvgate: ${this.#o.what}: watch failed, retrying in ${delay} ms: ${describe(err)}`);
+          this.#failure(`watch failed: ${describe(err)}`, delay);
           await this.#sleep(delay);
           delay = Math.min(max, delay * 2);
         }
       }
     }
+  }
+
+  /** Logs a failure unless it is the one logged last (a bad config would repeat it forever). */
+  #failure(what: string, delay: number): void {
+    if (what !== this.#lastFailure)
+      this.#o.log(
+        `kvgate: ${this.#o.what}: ${what}; retrying with backoff (now ${delay} ms), quiet until it changes`,
+      );
+    this.#lastFailure = what;
   }
 
   #replace(listed: ListResult): void {
