@@ -16,8 +16,9 @@ import {
   releaseRecord,
   stillLeader,
 } from "../src/datalayer/kubernetes/lease.ts";
+import { startKubernetesPool } from "../src/datalayer/kubernetes/pool.ts";
 import { crdPath, FakeKubeApi } from "./helpers/fake-kube-api.ts";
-import { NS } from "./helpers/kube-fixtures.ts";
+import { NS, until } from "./helpers/kube-fixtures.ts";
 
 const T = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 const held = (holder: string, renewTimeMs: number, transitions = 0): LeaseRecord => ({
@@ -248,5 +249,50 @@ test("a write that loses the race (409 Conflict) is a failed attempt, and a lead
   } finally {
     api.handle = realHandle;
     await a.stop();
+  }
+});
+
+test("startKubernetesPool with leader election: two replicas of one pool, one leads, closing it hands over at once", async () => {
+  const leases = crdPath("coordination.k8s.io", "v1", NS, "leases");
+  const pools = crdPath("inference.networking.k8s.io", "v1", NS, "inferencepools");
+  api.apply(pools, {
+    metadata: { name: "ha" },
+    spec: { selector: { matchLabels: { app: "ha" } }, targetPorts: [{ number: 8000 }] },
+  });
+  // Long lease, quick retries: a hand-over that waited for expiry would not finish within the test.
+  const timings = { leaseDurationMs: 60_000, renewDeadlineMs: 40_000, retryPeriodMs: 20 };
+  const replica = (identity: string) =>
+    startKubernetesPool({
+      poolName: "ha",
+      namespace: NS,
+      kubeconfig: api.kubeConfig(),
+      leaderElection: { identity, timings },
+      log: () => {},
+    });
+  const a = replica("epp-a");
+  await until("a leads", () => a.isLeader(), Boolean);
+  const b = replica("epp-b");
+  const bChanges: boolean[] = [];
+  b.onLeaderChange((l) => bChanges.push(l));
+  try {
+    const holder = () =>
+      (api.get(leases, "epp-llm-ha.llm-d.ai")?.spec as Record<string, unknown> | undefined)?.holderIdentity;
+    assert.equal(holder(), "epp-a");
+    // b keeps trying every 20 ms; a keeps renewing. Give b many attempts: it never leads.
+    await until(
+      "b tried several times",
+      () => api.requests.filter((r) => r.method === "GET" && r.path.endsWith("/epp-llm-ha.llm-d.ai")).length,
+      (n) => n > 20,
+    );
+    assert.equal(b.isLeader(), false);
+    await a.close();
+    assert.equal(a.isLeader(), false);
+    await until("b leads after a released", () => b.isLeader(), Boolean);
+    assert.equal(holder(), "epp-b");
+    assert.deepEqual(bChanges, [true]);
+  } finally {
+    await a.close();
+    await b.close();
+    api.remove(pools, "ha");
   }
 });
