@@ -119,6 +119,7 @@ export class Reflector<T> {
             );
           this.#absent = true;
           this.#synced = true;
+          this.#rejected.clear();
           if (this.#objects.size > 0) {
             this.#objects.clear();
             this.#o.onChange();
@@ -132,9 +133,9 @@ export class Reflector<T> {
         continue;
       }
       if (this.#absent) this.#o.log(`kvgate: ${this.#o.what}: now served by the API server`);
-      if (this.#lastFailure !== null) this.#o.log(`kvgate: ${this.#o.what}: listed again after failures`);
-      this.#lastFailure = null;
       this.#absent = false;
+      this.#recovered("listed");
+      delay = initial;
       this.#replace(listed);
       this.#synced = true;
       this.#o.onChange();
@@ -150,7 +151,10 @@ export class Reflector<T> {
           break;
         }
         if (end.kind === "closed") {
-          delay = initial;
+          if (end.events > 0) {
+            this.#recovered("watching");
+            delay = initial;
+          }
           // A server that ends watches at once must not be hammered in a tight loop.
           if (end.events === 0) await this.#sleep(initial);
           continue;
@@ -166,6 +170,11 @@ export class Reflector<T> {
         }
       }
     }
+  }
+
+  #recovered(doing: string): void {
+    if (this.#lastFailure !== null) this.#o.log(`kvgate: ${this.#o.what}: ${doing} again after failures`);
+    this.#lastFailure = null;
   }
 
   /** Logs a failure unless it is the one logged last (a bad config would repeat it forever). */
