@@ -256,3 +256,34 @@ current-context: fake
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("an RBAC 403 on the pods is reported once, with the server's message and what to grant; granting it recovers", async () => {
+  api.apply(POOLS, poolV1("rbac", { app: "rbac" }, [8000]));
+  api.apply(PODS, pod("rbac-0", { ip: "10.11.0.1", labels: { app: "rbac" } }));
+  api.setForbidden(PODS, true);
+  const from = logs.length;
+  const p = start("rbac");
+  try {
+    const denied = () => logs.slice(from).filter((l) => l.includes("HTTP 403"));
+    await until("403 logged", denied, (l) => l.length > 0);
+    // Several backoff rounds later, still one line.
+    await until(
+      "retried",
+      () => api.requests.filter((r) => r.path === PODS).length,
+      (n) => n >= 4,
+    );
+    assert.equal(denied().length, 1, denied().join("\n"));
+    assert.match(denied()[0], /cannot list resource "pods" in the namespace "llm"/);
+    assert.match(denied()[0], /grant this service account get, list and watch on Pods in namespace llm/);
+    assert.equal(p.isReady(), false);
+    api.setForbidden(PODS, false);
+    await p.ready;
+    assert.deepEqual(ids(p), ["10.11.0.1:8000"]);
+    assert.ok(logs.slice(from).some((l) => l.includes("Pods in namespace llm: listed again after failures")));
+  } finally {
+    api.setForbidden(PODS, false);
+    await p.close();
+    api.remove(POOLS, "rbac");
+    api.remove(PODS, "rbac-0");
+  }
+});

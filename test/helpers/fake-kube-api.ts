@@ -9,7 +9,7 @@
  * metadata.namespace) and equality labelSelector filtering, with objects that stop or start
  * matching a label selector sent as DELETED / ADDED as the real watch cache does; GET / POST / PUT
  * / DELETE of single objects with resourceVersion conflicts (409) for the Lease. Collections can
- * be made absent (404, a CRD not installed), and watches can be ended, broken or fed raw lines.
+ * be made absent (404, a CRD not installed) or forbidden (403, RBAC), and watches can be ended, broken or fed raw lines.
  */
 import { once } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
@@ -92,6 +92,7 @@ export class FakeKubeApi {
   #rv = 100;
   readonly #collections = new Map<string, Collection>();
   readonly #absent = new Set<string>();
+  readonly #forbidden = new Set<string>();
   readonly #watches = new Set<OpenWatch>();
   /** Every request, for assertions on what the client asked for. */
   readonly requests: Array<{ method: string; path: string; query: URLSearchParams; authorization?: string }> =
@@ -179,6 +180,12 @@ export class FakeKubeApi {
   setAbsent(path: string, absent: boolean): void {
     if (absent) this.#absent.add(path);
     else this.#absent.delete(path);
+  }
+
+  /** 403 for everything under the collection (RBAC does not grant it), or allowed again. */
+  setForbidden(path: string, forbidden: boolean): void {
+    if (forbidden) this.#forbidden.add(path);
+    else this.#forbidden.delete(path);
   }
 
   /** A BOOKMARK with the current resourceVersion to every watch that asked for bookmarks. */
@@ -283,6 +290,15 @@ export class FakeKubeApi {
     const path = `${m[1]}/namespaces/${m[2]}/${m[3]}`;
     if (this.#absent.has(path))
       return json(404, status(404, "NotFound", "the server could not find the requested resource"));
+    if (this.#forbidden.has(path))
+      return json(
+        403,
+        status(
+          403,
+          "Forbidden",
+          `${m[3]} is forbidden: User "system:serviceaccount:${m[2]}:default" cannot list resource "${m[3]}" in the namespace "${m[2]}"`,
+        ),
+      );
     const c = this.#collection(path);
     const name = m[4];
     const q = url.searchParams;

@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { hostname } from "node:os";
 import { CoordinationV1Api, type KubeConfig, V1MicroTime } from "@kubernetes/client-node";
+import { describeKubeError, statusOf } from "./errors.ts";
 import {
   checkTimings,
   DEFAULT_LEASE_TIMINGS,
@@ -21,7 +22,6 @@ import {
   releaseRecord,
   stillLeader,
 } from "./lease.ts";
-import { statusOf } from "./reflector.ts";
 
 export interface LeaderElectorOptions {
   kubeConfig: KubeConfig;
@@ -104,7 +104,9 @@ export class LeaderElector extends EventEmitter<LeaderElectorEvents> {
     try {
       read = await this.#read();
     } catch (err) {
-      this.#failed(`cannot read Lease ${this.#ns}/${this.#name}: ${message(err)}`);
+      this.#failed(
+        `cannot read Lease ${this.#ns}/${this.#name}: ${describeKubeError(err, "get, create and update on leases (coordination.k8s.io)")}`,
+      );
       return;
     }
     const now = this.#now();
@@ -123,7 +125,7 @@ export class LeaderElector extends EventEmitter<LeaderElectorEvents> {
       this.#failed(
         conflict
           ? `Lease ${this.#ns}/${this.#name} changed under us (409); retrying`
-          : `cannot write Lease ${this.#ns}/${this.#name}: ${message(err)}`,
+          : `cannot write Lease ${this.#ns}/${this.#name}: ${describeKubeError(err, "get, create and update on leases (coordination.k8s.io)")}`,
       );
       return;
     }
@@ -146,7 +148,7 @@ export class LeaderElector extends EventEmitter<LeaderElectorEvents> {
       if (read && rel) await this.#replace(rel, read.resourceVersion);
     } catch (err) {
       this.#log(
-        `kvgate: leader election: could not release the lease (it expires by itself): ${message(err)}`,
+        `kvgate: leader election: could not release the lease (it expires by itself): ${describeKubeError(err, "get, create and update on leases (coordination.k8s.io)")}`,
       );
     }
   }
@@ -216,10 +218,4 @@ export class LeaderElector extends EventEmitter<LeaderElectorEvents> {
       body: this.#body(r, resourceVersion),
     });
   }
-}
-
-function message(err: unknown): string {
-  const status = statusOf(err);
-  const m = err instanceof Error ? err.message.split("\n")[0].slice(0, 200) : String(err);
-  return status !== null ? `HTTP ${status}: ${m}` : m;
 }

@@ -9,6 +9,7 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Watch } from "@kubernetes/client-node";
+import { describeKubeError, statusOf } from "./errors.ts";
 import { isRecord } from "./objects.ts";
 
 export interface ListResult {
@@ -34,22 +35,6 @@ export interface ReflectorOptions<T> {
   absentRetryMs?: number;
   /** Server-side watch timeout (the server ends the watch; it is resumed). Default 300 s. */
   watchTimeoutSeconds?: number;
-}
-
-/** The HTTP status of a failure from client-node (ApiException.code, or Watch's statusCode). */
-export function statusOf(err: unknown): number | null {
-  if (!isRecord(err) && !(err instanceof Error)) return null;
-  const e = err as { code?: unknown; statusCode?: unknown };
-  if (typeof e.code === "number") return e.code;
-  if (typeof e.statusCode === "number") return e.statusCode;
-  return null;
-}
-
-function describe(err: unknown): string {
-  const status = statusOf(err);
-  const msg = err instanceof Error ? err.message.split("\n")[0] : String(err);
-  const cause = err instanceof Error && err.cause instanceof Error ? ` (${err.cause.message})` : "";
-  return status !== null ? `HTTP ${status}: ${msg.slice(0, 200)}` : `${msg}${cause}`;
 }
 
 type WatchEnd =
@@ -126,7 +111,10 @@ export class Reflector<T> {
           }
           await this.#sleep(this.#o.absentRetryMs ?? 30_000);
         } else {
-          this.#failure(`list failed: ${describe(err)}`, delay);
+          this.#failure(
+            `list failed: ${describeKubeError(err, `get, list and watch on ${this.#o.what}`)}`,
+            delay,
+          );
           await this.#sleep(delay);
           delay = Math.min(max, delay * 2);
         }
@@ -164,7 +152,10 @@ export class Reflector<T> {
         if (statusOf(err) === 404) break;
         const timeout = err instanceof Error && err.name === "TimeoutError";
         if (!timeout) {
-          this.#failure(`watch failed: ${describe(err)}`, delay);
+          this.#failure(
+            `watch failed: ${describeKubeError(err, `get, list and watch on ${this.#o.what}`)}`,
+            delay,
+          );
           await this.#sleep(delay);
           delay = Math.min(max, delay * 2);
         }
