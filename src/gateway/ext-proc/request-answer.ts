@@ -6,8 +6,40 @@
  * the body: streamed_response chunks in FULL_DUPLEX_STREAMED, one BodyResponse in BUFFERED (where a
  * body response's header mutation still applies, the headers being held with the body). Also the pick
  * for requests kvgate does not decode (no body, or a path it does not parse): a ready endpoint at
- * random, as llm-d does.
+ * random, as llm-d does. And the body as it arrives: chunks kept as they are (to be sent on without
+ * a copy) and, for a route kvgate parses, decoded to text chunk by chunk, so JSON.parse runs once.
  */
+
+export class BodyCollector {
+  readonly chunks: Buffer[] = [];
+  bytes = 0;
+  #text = "";
+  #decoder: StringDecoder | null;
+
+  constructor(decode: boolean) {
+    this.#decoder = decode ? new StringDecoder("utf8") : null;
+  }
+
+  push(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.bytes += chunk.length;
+    if (this.#decoder) this.#text += this.#decoder.write(chunk);
+  }
+
+  /** The whole body's text (once: the decoder is finished and released). */
+  text(): string {
+    const t = this.#text + (this.#decoder?.end() ?? "");
+    this.#text = "";
+    this.#decoder = null;
+    return t;
+  }
+
+  clear(): void {
+    this.chunks.length = 0;
+  }
+}
+
+import { StringDecoder } from "node:string_decoder";
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { Rng } from "../../scheduler/rng.ts";
 import { hostOf } from "../decide.ts";

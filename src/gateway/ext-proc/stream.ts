@@ -12,14 +12,13 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
-import { StringDecoder } from "node:string_decoder";
 import { status as GrpcStatus } from "@grpc/grpc-js";
 import type { ModelRewrite } from "../../datalayer/pool-resources.ts";
 import type { Rng } from "../../scheduler/rng.ts";
 import { type DecideResult, decide } from "../decide.ts";
 import { GatewayError } from "../errors.ts";
 import type { Gateway } from "../gateway.ts";
-import type { ApiRoute } from "../request-body.ts";
+import { type ApiRoute, routeOf } from "../request-body.ts";
 import { answerResponseBody, answerResponseHeaders, Flight } from "./flight.ts";
 import {
   first,
@@ -40,7 +39,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from "./proto.ts";
-import { answerRequest, pickMutation, randomReady } from "./request-answer.ts";
+import { answerRequest, BodyCollector, pickMutation, randomReady } from "./request-answer.ts";
 
 /** What a stream needs from the server around it. */
 export interface EppContext {
@@ -70,19 +69,6 @@ type Phase =
 
 const EMPTY = Buffer.alloc(0);
 const MODE_NAMES = ["NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FULL_DUPLEX_STREAMED", "GRPC"];
-const ROUTES: Array<[string, ApiRoute]> = [
-  ["/chat/completions", "chat"],
-  ["/completions", "completions"],
-  ["/embeddings", "embeddings"],
-];
-
-/** The OpenAI route a path ends with (llm-d resolves parsers by path suffix), or null: passthrough. */
-export function routeOf(path: string): ApiRoute | null {
-  const p = path.split("?")[0];
-  for (const [suffix, route] of ROUTES) if (p.endsWith(suffix)) return route;
-  return null;
-}
-
 export class ProcessStream {
   readonly #ctx: EppContext;
   readonly #io: StreamIo;
@@ -95,10 +81,7 @@ export class ProcessStream {
   #route: ApiRoute | null = null;
   #requestId: string | null = null;
   #meta: Record<string, PbStruct> | undefined;
-  #chunks: Buffer[] = [];
-  #bytes = 0;
-  #text = "";
-  #decoder: StringDecoder | null = null;
+  #body = new BodyCollector(false);
   #flight: Flight | null = null;
   #t0 = 0;
 
@@ -192,7 +175,7 @@ export class ProcessStream {
     // BUFFERED: Envoy waits for this answer before it sends the body; the pick rides on the body's.
     if (this.#reqMode === BodySendMode.BUFFERED) this.#send({ request_headers: { response: {} } });
     this.#phase = "request-body";
-    if (this.#route) this.#decoder = new StringDecoder("utf8");
+    this.#body = new BodyCollector(this.#route !== null);
   }
 
   #onRequestBody(b: HttpBody) {
@@ -203,14 +186,12 @@ export class ProcessStream {
     if (this.#phase !== "request-body") return; // after the first end_of_stream: ignored (GIE#2988)
     const chunk = b.body ?? EMPTY;
     if (chunk.length > 0) {
-      this.#bytes += chunk.length;
       const limit = this.#ctx.gw.opts.maxBodyBytes;
-      if (this.#bytes > limit)
+      if (this.#body.bytes + chunk.length > limit)
         return this.#reject(
           new GatewayError(413, `Request body too large: the limit is ${limit} bytes (--max-body-bytes)`),
         );
-      this.#chunks.push(chunk);
-      if (this.#decoder) this.#text += this.#decoder.write(chunk);
+      this.#body.push(chunk);
     }
     const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
     if (end || this.#reqMode === BodySendMode.BUFFERED) this.#decideNow(true);
@@ -236,16 +217,14 @@ export class ProcessStream {
       this.#drain();
       return;
     }
-    const text = this.#text + (this.#decoder?.end() ?? "");
-    this.#text = "";
-    this.#decoder = null;
+    const text = this.#body.text();
     const ctx = this.#ctx;
     decide(ctx.gw, this.#route, text, this.#headers as IncomingHttpHeaders, {
       subset: subsetHint(this.#meta),
       rewrites: ctx.rewrites(),
       rng: () => ctx.rng.next(),
       objectives: ctx.objectives(),
-      bodyBytes: this.#bytes,
+      bodyBytes: this.#body.bytes,
     })
       .then(
         (r) => this.#applyDecision(r, end),
@@ -268,7 +247,7 @@ export class ProcessStream {
     end: boolean,
   ) {
     for (const r of answerRequest(this.#reqMode, dest, mutation, body, replaced, end)) this.#send(r);
-    this.#chunks = [];
+    this.#body.clear();
     this.#phase = "request-done";
   }
 
@@ -283,13 +262,13 @@ export class ProcessStream {
     const dest = d.targets.slice(0, d.picked);
     const extra = [];
     // Whenever there is a body, as llm-d's generateHeaders does: the length of exactly the bytes sent on.
-    const length = d.body ? d.body.length : this.#bytes;
+    const length = d.body ? d.body.length : this.#body.bytes;
     if (length > 0) extra.push(setHeader("content-length", String(length)));
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
     this.#answer(
       dest,
       pickMutation(this.#headers, dest, extra, this.#requestId),
-      d.body ? [d.body] : this.#chunks,
+      d.body ? [d.body] : this.#body.chunks,
       d.body,
       end,
     );
@@ -299,9 +278,10 @@ export class ProcessStream {
   #passthrough(withBody: boolean, end: boolean) {
     const pick = randomReady(this.#ctx.gw, subsetHint(this.#meta), this.#ctx.rng);
     if (pick instanceof GatewayError) return this.#reject(pick);
-    const extra = withBody && this.#bytes > 0 ? [setHeader("content-length", String(this.#bytes))] : [];
+    const extra =
+      withBody && this.#body.bytes > 0 ? [setHeader("content-length", String(this.#body.bytes))] : [];
     const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId);
-    this.#answer([pick], mutation, withBody ? this.#chunks : null, null, end);
+    this.#answer([pick], mutation, withBody ? this.#body.chunks : null, null, end);
   }
 
   #onResponseHeaders(h: HttpHeaders) {
@@ -340,7 +320,7 @@ export class ProcessStream {
 
   #close(outcome: StreamOutcome) {
     this.#phase = "closed";
-    this.#chunks = [];
+    this.#body.clear();
     this.#ctx.metrics.active.dec();
     this.#ctx.metrics.streams.inc({ outcome });
   }
