@@ -12,6 +12,8 @@ COPY tsconfig.json ./
 COPY bin ./bin
 COPY src ./src
 COPY config ./config
+# kvgate epp's ext_proc protos (Envoy's packages and field numbers), loaded at start.
+COPY proto ./proto
 COPY profiles ./profiles
 
 ENV NODE_ENV=production
