@@ -27,7 +27,7 @@ after(async () => {
 });
 
 async function proxyFor(fake: FakeExtProc, opts: Partial<EnvoyLikeProxyOptions> = {}) {
-  const proxy = await startEnvoyLikeProxy({ extProc: fake.address, log: (l) => console.error(l), ...opts });
+  const proxy = await startEnvoyLikeProxy({ extProc: fake.address, ...opts });
   closers.push(() => proxy.close());
   return proxy;
 }

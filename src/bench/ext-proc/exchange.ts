@@ -21,8 +21,6 @@
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { PassThrough } from "node:stream";
-import type { ClientDuplexStream } from "@grpc/grpc-js";
-import type { Dispatcher } from "undici";
 import {
   applyHeaderMutation,
   first,
@@ -30,38 +28,11 @@ import {
   responseHeaderList,
   toHttp1Headers,
 } from "./headers.ts";
-import type { CommonResponse, ImmediateResponse, ProcessingResponse } from "./protos.ts";
+import type { ImmediateResponse, ProcessingResponse } from "./protos.ts";
+import { interpret } from "./replies.ts";
 import { Side } from "./side.ts";
+import type { ExchangeEnv, ExtProcCall } from "./types.ts";
 import { destinationOf, localResponse, SERVED_KEY, sendUpstream, type UpstreamResponse } from "./upstream.ts";
-
-export type BodyMode = "FULL_DUPLEX_STREAMED" | "BUFFERED";
-export type ExtProcCall = ClientDuplexStream<object, ProcessingResponse>;
-
-export interface ProxyStats {
-  requests: number;
-  streamsStarted: number;
-  overflows: number;
-  failOpen: number;
-  spurious: number;
-  grpcErrors: number;
-  timeouts: number;
-  immediateResponses: number;
-  clientAborts: number;
-}
-
-export interface ExchangeEnv {
-  mode: BodyMode;
-  failOpen: boolean;
-  /** Next fail-open backend (`ip:port`), or null when none are configured. */
-  fallback(): string | null;
-  messageTimeoutMs: number;
-  deferredCloseMs: number;
-  dispatcher: Dispatcher;
-  /** Opens a Process stream, or null when the concurrent-stream cap is reached. */
-  openStream(): ExtProcCall | null;
-  stats: ProxyStats;
-  log(line: string): void;
-}
 
 /** processing: ext_proc drives; bypass: carry on without it; done: a reply was sent or the client left. */
 type Phase = "processing" | "bypass" | "done";
@@ -100,9 +71,12 @@ export class Exchange {
     this.client.on("data", (c: Buffer) => this.#onClientChunk(c));
     this.client.on("end", () => this.#onClientChunk(null));
     const call = this.env.openStream();
-    if (!call) {
-      this.env.stats.overflows++;
-      this.#failure(500, "ext_proc_error_gRPC_error_14{upstream overflow}");
+    if (typeof call === "string") {
+      if (call === "overflow") this.env.stats.overflows++;
+      this.#failure(
+        500,
+        `ext_proc_error_gRPC_error_14{${call === "overflow" ? "upstream overflow" : "no healthy upstream"}}`,
+      );
       return;
     }
     this.#call = call;
@@ -132,114 +106,45 @@ export class Exchange {
 
   #onMessage(m: ProcessingResponse): void {
     if (this.#phase !== "processing") return;
-    const req = this.#req;
+    const fullDuplex = this.env.mode === "FULL_DUPLEX_STREAMED";
+    const { dir, out } = interpret(fullDuplex, m, this.#req, this.#res);
     const res = this.#res;
-    switch (m.response) {
-      case "request_headers": {
-        if (req.state !== "headers") {
-          this.#spurious("request headers");
-          return;
-        }
-        if (!this.#mutate(req, m.request_headers?.response)) return;
-        req.headersAnswered();
-        if (this.env.mode === "FULL_DUPLEX_STREAMED" || req.noBody) {
-          this.#startUpstream();
-          return;
-        }
-        if (req.complete) req.sendBuffered(this.#call!);
-        return;
-      }
-      case "request_body": {
-        if (req.state !== "body") {
-          this.#spurious("request body");
-          return;
-        }
-        const common = m.request_body?.response;
-        if (this.env.mode === "FULL_DUPLEX_STREAMED") {
-          const s = common?.body_mutation?.streamed_response;
-          if (!s) {
-            this.#spurious("request body: a normal body mutation in FULL_DUPLEX_STREAMED");
-            return;
-          }
-          if (s.body?.length) this.#upBody?.write(s.body);
-          if (s.end_of_stream) {
-            req.state = "idle";
-            this.#upBody?.end();
-          }
-          return;
-        }
-        req.stopTimer();
-        if (!this.#mutate(req, common) || !this.#replaceBody(req, common)) return;
-        req.state = "idle";
-        this.#startUpstream();
-        return;
-      }
-      case "response_headers": {
-        if (res?.state !== "headers") {
-          this.#spurious("response headers");
-          return;
-        }
-        if (!this.#mutate(res, m.response_headers?.response)) return;
-        res.headersAnswered();
-        if (this.env.mode === "FULL_DUPLEX_STREAMED" || res.noBody) {
-          this.#writeHead();
-          if (res.noBody) this.#finish();
-        } else if (res.complete) res.sendBuffered(this.#call!);
-        return;
-      }
-      case "response_body": {
-        if (res?.state !== "body") {
-          this.#spurious("response body");
-          return;
-        }
-        const common = m.response_body?.response;
-        if (this.env.mode === "FULL_DUPLEX_STREAMED") {
-          const s = common?.body_mutation?.streamed_response;
-          if (!s) {
-            this.#spurious("response body: a normal body mutation in FULL_DUPLEX_STREAMED");
-            return;
-          }
-          if (s.body?.length) this.reply.write(s.body);
-          if (s.end_of_stream) this.#finish();
-          return;
-        }
-        res.stopTimer();
-        if (!this.#mutate(res, common) || !this.#replaceBody(res, common)) return;
-        this.#writeHead();
-        for (const c of res.buffered) this.reply.write(c);
-        this.#finish();
-        return;
-      }
-      case "immediate_response":
+    switch (out.kind) {
+      case "immediate":
         this.env.stats.immediateResponses++;
-        this.#immediate(m.immediate_response ?? {});
-        return;
-      default:
-        this.#spurious(m.response ?? "unset");
-        return;
+        this.#immediate(out.response);
+        break;
+      case "fail":
+        if (out.spurious) this.env.stats.spurious++;
+        this.#failure(500, out.details, !out.spurious);
+        break;
+      case "headers":
+        if (dir === "request") {
+          if (fullDuplex || this.#req.noBody) this.#startUpstream();
+          else if (this.#req.complete) this.#req.sendBuffered(this.#call!);
+        } else if (fullDuplex || res!.noBody) {
+          this.#writeHead();
+          if (res!.noBody) this.#finish();
+        } else if (res!.complete) res!.sendBuffered(this.#call!);
+        break;
+      case "chunk":
+        if (dir === "request") {
+          if (out.body.length) this.#upBody?.write(out.body);
+          if (out.end) this.#upBody?.end();
+        } else {
+          if (out.body.length) this.reply.write(out.body);
+          if (out.end) this.#finish();
+        }
+        break;
+      case "body":
+        if (dir === "request") this.#startUpstream();
+        else {
+          this.#writeHead();
+          for (const c of res!.buffered) this.reply.write(c);
+          this.#finish();
+        }
+        break;
     }
-  }
-
-  /** Applies a header mutation; false (after the 500) when Envoy would reject it. */
-  #mutate(side: Side, common: CommonResponse | undefined): boolean {
-    const dropCl = this.env.mode === "FULL_DUPLEX_STREAMED";
-    const out = applyHeaderMutation(side.headers, common?.header_mutation, dropCl);
-    if (out.error) this.#failure(500, out.error, true);
-    return !out.error;
-  }
-
-  /** BUFFERED body mutation (replace / clear), with Envoy's content-length check. */
-  #replaceBody(side: Side, common: CommonResponse | undefined): boolean {
-    const bm = common?.body_mutation;
-    if (!bm || (bm.mutation !== "body" && bm.mutation !== "clear_body")) return true;
-    const next = bm.mutation === "body" ? (bm.body ?? Buffer.alloc(0)) : Buffer.alloc(0);
-    const cl = first(side.headers, "content-length");
-    if (cl !== undefined && Number(cl) !== (bm.body?.length ?? 0)) {
-      this.#failure(500, "mismatch between content length and the length of the mutated body", true);
-      return false;
-    }
-    if (bm.mutation === "body" || bm.clear_body) side.buffered = next.length ? [next] : [];
-    return true;
   }
 
   #startUpstream(): void {
@@ -344,12 +249,6 @@ export class Exchange {
     this.#phase = "done";
     if (!this.reply.writableEnded) this.reply.end();
     if (wasProcessing) this.#closeStream(false);
-  }
-
-  #spurious(what: string): void {
-    this.env.stats.spurious++;
-    this.env.log(`ext_proc: spurious message (${what})`);
-    this.#failure(500, `spurious message: ${what}`);
   }
 
   /** A stream failure, spurious message or timeout; `hard` ones (rejected mutations) never fail open. */

@@ -9,7 +9,10 @@
  * filter runs); `failOpen` is `failure_mode_allow` (here the request then goes to the next of
  * `failOpenBackends`, standing in for the gateway's own pool routing, since there is no destination
  * header); and `maxStreams` is the ext_proc cluster's circuit breaker (`max_requests`, Envoy's default
- * 1,024): one stream more fails to open, and the request gets a 500 or fails open.
+ * 1,024): one stream more fails to open, and the request gets a 500 or fails open. A processor the
+ * channel knows is down (TRANSIENT_FAILURE) is the health-checked cluster with no healthy host: the
+ * stream fails to open too. Otherwise a connection failure arrives as a gRPC error once the body is
+ * on its way, and in FULL_DUPLEX_STREAMED that is a 500 even with failOpen, as in Envoy.
  *
  * Not modelled: per-route overrides, mode_override, observability mode, request/response attributes,
  * CONTINUE_AND_REPLACE, trailers (HTTP/1 clients and vLLM send none), retries to fallback endpoints.
@@ -19,9 +22,10 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import { Agent } from "undici";
-import { type BodyMode, Exchange, type ExtProcCall, type ProxyStats } from "./exchange.ts";
+import { Exchange } from "./exchange.ts";
 import { requestHeaderList } from "./headers.ts";
 import { extProcProtocol } from "./protos.ts";
+import type { BodyMode, ExtProcCall, ProxyStats } from "./types.ts";
 
 export interface EnvoyLikeProxyOptions {
   /** The ext_proc server, `host:port`. */
@@ -81,8 +85,12 @@ export async function startEnvoyLikeProxy(opts: EnvoyLikeProxyOptions): Promise<
   const dispatcher = new Agent({ connections: 256, keepAliveTimeout: 10_000 });
   const log = opts.log ?? (() => {});
 
-  const openStream = (): ExtProcCall | null => {
-    if (active >= maxStreams) return null;
+  const channel = client.getChannel();
+  const openStream = (): ExtProcCall | "overflow" | "unhealthy" => {
+    if (active >= maxStreams) return "overflow";
+    // A processor the channel already knows is down stands for Envoy's health-checked ext_proc
+    // cluster with no healthy host: the stream fails to open, before any body is sent.
+    if (channel.getConnectivityState(false) === grpc.connectivityState.TRANSIENT_FAILURE) return "unhealthy";
     active++;
     stats.streamsStarted++;
     const call = (client as unknown as { Process(): ExtProcCall }).Process();

@@ -7,8 +7,8 @@
  * end_of_stream chunk).
  */
 
-import type { ExtProcCall } from "./exchange.ts";
 import { type HeaderList, toHeaderMap } from "./headers.ts";
+import type { ExtProcCall } from "./types.ts";
 
 const EMPTY = Buffer.alloc(0);
 
