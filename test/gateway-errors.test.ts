@@ -280,12 +280,12 @@ test("header filtering: hop-by-hop and Connection-listed headers are dropped bot
 });
 
 test("request parsing keeps only what scheduling needs", () => {
-  const chat = parseRequestBody(
-    "chat",
-    Buffer.from(
-      '{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_completion_tokens":9,"max_tokens":4,"tools":[{"type":"function"}],"cache_salt":"s"}',
-    ),
-  );
+  const text =
+    '{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_completion_tokens":9,"max_tokens":4,"tools":[{"type":"function"}],"cache_salt":"s"}';
+  const { json, ...chat } = parseRequestBody("chat", Buffer.from(text));
+  // The decoded body itself rides along (for a model rewrite without a second decode).
+  assert.deepEqual(json, JSON.parse(text));
+  assert.deepEqual(parseRequestBody("chat", text).json, json);
   assert.deepEqual(chat, {
     route: "chat",
     model: "m",

@@ -19,11 +19,11 @@ import { printConfig } from "../scheduler/defaults.ts";
 import { prefixKey } from "../scheduler/plugins/data.ts";
 import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { ScheduleResult } from "../scheduler/types.ts";
+import { fillEndpointTokenIds, prepare } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
 import type { KvEventsEndpointView } from "./kv-events.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
-import { fillEndpointTokenIds, prepare } from "./server.ts";
 import { tokenizerCacheOf } from "./tokenize.ts";
 
 const EXPLAIN_ROUTES: Record<string, ApiRoute> = {
@@ -114,7 +114,7 @@ function explainRoute(url: URL, body: Buffer): ApiRoute {
 async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
   const body = await readBody(req, gw.opts.maxBodyBytes);
   const route = explainRoute(url, body);
-  const p = prepare(gw, route, body, req);
+  const p = prepare(gw, route, body, req.headers);
   if (gw.endpointTokenizer) await fillEndpointTokenIds(gw, p);
   const admission = p.routing.admission.admit(p.facts, p.candidates, p.now);
   const result = p.routing.scheduler.schedule(p.facts, p.candidates, p.now, { explain: true });

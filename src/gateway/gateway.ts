@@ -10,7 +10,7 @@
  */
 import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
-import type { AddressInfo, Socket } from "node:net";
+import type { Socket } from "node:net";
 import { Pool } from "undici";
 import { DataLayer } from "../datalayer/datalayer.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
@@ -18,6 +18,7 @@ import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
 import { TrafficCounts } from "./endpoint-traffic.ts";
 import { KvEventsWiring } from "./kv-events.ts";
+import { type BoundAddress, listen } from "./listen.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
 import { buildRouting, type Routing } from "./routing.ts";
@@ -82,16 +83,7 @@ export interface GatewayOptions {
   log?: (line: string) => void;
 }
 
-/** Where a server is bound, and a URL that reaches it from this machine. */
-export interface BoundAddress {
-  /** The address given to listen(): "0.0.0.0" or "::" mean every interface. */
-  host: string;
-  port: number;
-  /** True for a wildcard bind (reachable on every interface, including from other machines). */
-  allInterfaces: boolean;
-  /** A URL to use from this machine (loopback for a wildcard bind). */
-  url: string;
-}
+export type { BoundAddress } from "./listen.ts";
 
 export interface GatewayHandle {
   /** A URL that reaches the public port from this machine (loopback when bound to every interface). */
@@ -306,49 +298,17 @@ function stripUndefined<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
-/** Listens; a taken or foreign address becomes an error naming it and the flag to change. */
-function listen(
-  server: Server,
-  port: number,
-  host: string,
-  flag: { port: string; host: string },
-): Promise<BoundAddress> {
-  return new Promise((resolve, reject) => {
-    const onError = (err: NodeJS.ErrnoException) => {
-      const at = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-      const why =
-        err.code === "EADDRINUSE"
-          ? `${at} (${flag.port}) is already in use by another process; pick another ${flag.port}, or ${flag.port} 0 for any free port`
-          : err.code === "EACCES"
-            ? `${at} (${flag.port}): permission denied (ports below 1024 need privileges); pick another ${flag.port}`
-            : err.code === "EADDRNOTAVAIL" || err.code === "ENOTFOUND"
-              ? `${host} (${flag.host}) is not an address of this machine; give one it has, or 0.0.0.0 for every interface`
-              : `cannot listen on ${at} (${flag.host}, ${flag.port}): ${err.message}`;
-      reject(new Error(why));
-    };
-    server.once("error", onError);
-    server.listen(port, host, () => {
-      server.off("error", onError);
-      resolve(boundAddress(host, (server.address() as AddressInfo).port));
-    });
-  });
-}
-
-function boundAddress(host: string, port: number): BoundAddress {
-  const allInterfaces = host === "0.0.0.0" || host === "::" || host === "";
-  const reach = allInterfaces
-    ? host === "::"
-      ? "[::1]"
-      : "127.0.0.1"
-    : host.includes(":")
-      ? `[${host}]`
-      : host;
-  return { host, port, allInterfaces, url: `http://${reach}:${port}` };
-}
-
-/** Builds and starts a gateway; rejects with a message naming the bad option or file. */
-export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
-  if ((opts.endpoints === undefined) === (opts.endpointsFile === undefined))
+/**
+ * Builds a gateway without listening anywhere: options checked, config and objectives loaded, the
+ * endpoint source opened, the tokenizer loaded. `kvgate serve` (startGateway) and `kvgate epp`
+ * (ext-proc/epp.ts) both start from it. `source` replaces endpoints/endpointsFile (Kubernetes
+ * discovery passes one and replaces its specs as pods come and go).
+ */
+export async function createGateway(opts: GatewayOptions, source?: EndpointSource): Promise<Gateway> {
+  if (source !== undefined) {
+    if (opts.endpoints !== undefined || opts.endpointsFile !== undefined)
+      throw new Error("give an endpoint source or endpoints/endpointsFile, not both");
+  } else if ((opts.endpoints === undefined) === (opts.endpointsFile === undefined))
     throw new Error("give exactly one of endpoints (--endpoints) or endpointsFile (--endpoints-file)");
   if (opts.config !== undefined && opts.configFile !== undefined)
     throw new Error("give at most one of config and configFile");
@@ -360,32 +320,49 @@ export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle>
   const configText = opts.configFile !== undefined ? readConfig(opts.configFile) : (opts.config ?? null);
   const routing = await buildRouting(configText, { seed: opts.seed });
   const objectives = opts.modelObjectivesFile ? loadModelObjectives(opts.modelObjectivesFile) : new Map();
-  const source =
-    opts.endpointsFile !== undefined
+  const src =
+    source ??
+    (opts.endpointsFile !== undefined
       ? EndpointSource.fromFile(opts.endpointsFile, { log: opts.log })
-      : EndpointSource.fromList(opts.endpoints as string | EndpointSpec[]);
+      : EndpointSource.fromList(opts.endpoints as string | EndpointSpec[]));
   const remote = isEndpointTokenizerSpec(opts.tokenizer);
   const tokenizer =
     opts.tokenizer !== undefined && !remote
       ? await loadGatewayTokenizer(opts.tokenizer, { maxBytes: opts.tokenizerCacheBytes })
       : null;
-  const gw = new Gateway(opts, source, routing, objectives);
+  const gw = new Gateway(opts, src, routing, objectives);
   gw.tokenizer = tokenizer;
   if (remote) gw.endpointTokenizer = new EndpointTokenizer({ timeoutMs: opts.tokenizeTimeoutMs });
   if (opts.tokenizer !== undefined)
     gw.tokenizerName = typeof opts.tokenizer === "string" ? opts.tokenizer : "custom";
+  try {
+    await gw.ensureTokenizer();
+  } catch (err) {
+    await gw.close().catch(() => {});
+    throw err;
+  }
+  return gw;
+}
+
+/** Starts the data layer and the KV-event subscribers, and logs the config's warnings. */
+export function startDataLayer(gw: Gateway): void {
+  gw.data.start();
+  gw.syncKvEvents();
+  for (const w of gw.routing.warnings) gw.log(`kvgate: config warning: ${w}`);
+}
+
+/** Builds and starts a gateway; rejects with a message naming the bad option or file. */
+export async function startGateway(opts: GatewayOptions): Promise<GatewayHandle> {
+  const gw = await createGateway(opts);
   const host = opts.host ?? "127.0.0.1";
   const adminHost = opts.adminHost ?? "127.0.0.1";
   try {
-    await gw.ensureTokenizer();
     const bound = await listen(gw.publicServer, opts.port ?? 0, host, { port: "--port", host: "--host" });
     const adminBound = await listen(gw.adminServer, opts.adminPort ?? 0, adminHost, {
       port: "--admin-port",
       host: "--admin-host",
     });
-    gw.data.start();
-    gw.syncKvEvents();
-    for (const w of routing.warnings) gw.log(`kvgate: config warning: ${w}`);
+    startDataLayer(gw);
     return {
       url: bound.url,
       adminUrl: adminBound.url,

@@ -9,7 +9,7 @@ import type { KvEndpointStats } from "../datalayer/kv-events-subscriber.ts";
 import type { KvEventsFeedView } from "./kv-events.ts";
 
 const REQ_LABELS = ["model_name", "target_model_name", "fairness_id", "priority"] as const;
-type ReqLabels = Record<(typeof REQ_LABELS)[number], string>;
+export type ReqLabels = Record<(typeof REQ_LABELS)[number], string>;
 
 const LATENCY_BUCKETS = [
   0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120,
@@ -70,6 +70,7 @@ export class GatewayMetrics {
   readonly prefixSize: Gauge<"plugin_name" | "plugin_type">;
   readonly prefixHitRatio: Histogram<"plugin_name" | "plugin_type">;
   readonly httpRequests: Counter<"route" | "status" | "outcome">;
+  readonly modelRewrites: Counter<"model_rewrite_name" | "model_name" | "target_model">;
   readonly upstreamFailures: Counter<"endpoint" | "kind">;
   readonly endpointHealthy: Gauge<"endpoint">;
   /** The local tokenizer's prefix cache (tokenize-cache.ts), set from its counters before each scrape. */
@@ -152,6 +153,11 @@ export class GatewayMetrics {
       "Prefix-match hit ratio per lookup.",
       ["plugin_name", "plugin_type"],
       RATIO_BUCKETS,
+    );
+    this.modelRewrites = c(
+      "llm_d_epp_model_rewrite_decisions_total",
+      "Requests whose model an InferenceModelRewrite resolved.",
+      ["model_rewrite_name", "model_name", "target_model"],
     );
     this.httpRequests = c("kvgate_http_requests_total", "Public API requests by route, status and outcome.", [
       "route",
@@ -237,10 +243,11 @@ export class GatewayMetrics {
     set(this.tokenizerEndpointFailures, endpoint?.failures ?? 0);
   }
 
-  /** Request labels with the model-name cardinality cap applied. */
-  labels(model: string, priority: number): ReqLabels {
+  /** Request labels with the model-name cardinality cap applied; `target` is the model after any rewrite. */
+  labels(model: string, priority: number, target = model): ReqLabels {
     const m = this.#cap(model);
-    return { model_name: m, target_model_name: m, fairness_id: "default-flow", priority: String(priority) };
+    const t = target === model ? m : this.#cap(target);
+    return { model_name: m, target_model_name: t, fairness_id: "default-flow", priority: String(priority) };
   }
 
   #cap(model: string): string {

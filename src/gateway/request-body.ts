@@ -21,6 +21,8 @@ export interface ParsedRequest {
   addGenerationPrompt?: boolean;
   /** vLLM's `add_special_tokens` (default true for completions, false for chat), when the body sets it. */
   addSpecialTokens?: boolean;
+  /** The decoded body itself, for a caller that must rewrite a field (model rewrite) without decoding twice. */
+  json: Record<string, unknown>;
 }
 
 /**
@@ -115,11 +117,14 @@ function optionalTokens(body: Record<string, unknown>, key: string): number | un
   return v;
 }
 
-/** Decodes and checks the fields the gateway needs; throws GatewayError 400 naming the field. */
-export function parseRequestBody(route: ApiRoute, raw: Buffer): ParsedRequest {
+/**
+ * Decodes and checks the fields the gateway needs; throws GatewayError 400 naming the field. `raw` is
+ * the body's bytes, or its text when the caller decoded it as it arrived (the ext_proc server).
+ */
+export function parseRequestBody(route: ApiRoute, raw: Buffer | string): ParsedRequest {
   let body: unknown;
   try {
-    body = JSON.parse(raw.toString("utf8"));
+    body = JSON.parse(typeof raw === "string" ? raw : raw.toString("utf8"));
   } catch (err) {
     throw badRequest(`Invalid JSON in request body: ${(err as Error).message}`);
   }
@@ -143,7 +148,7 @@ export function parseRequestBody(route: ApiRoute, raw: Buffer): ParsedRequest {
     if (body[key] === undefined || body[key] === null) throw badRequest(`${key} is required`, key);
     prompt = checkPrompt(body[key], key);
   }
-  const out: ParsedRequest = { route, model, stream, prompt };
+  const out: ParsedRequest = { route, model, stream, prompt, json: body };
   const maxTokens = optionalTokens(body, "max_completion_tokens") ?? optionalTokens(body, "max_tokens");
   if (route !== "embeddings" && maxTokens !== undefined) out.maxTokens = maxTokens;
   const salt = body.cache_salt;

@@ -73,6 +73,10 @@ export class ProfileRun implements ProfileResult {
     this.target = this.#picks.length > 0 ? eps[this.#picks[0]] : null;
   }
 
+  get picked(): number {
+    return this.#picks.length;
+  }
+
   /** The picker's other picks, then every other surviving candidate by score (ties by id). */
   get fallbacks(): EndpointState[] {
     if (this.#fallbacks !== null) return this.#fallbacks;

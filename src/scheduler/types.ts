@@ -212,6 +212,11 @@ export interface ProfileResult {
   readonly target: EndpointState | null;
   /** Further endpoints for failover: other picks first, then the rest by score (ties by id). */
   readonly fallbacks: EndpointState[];
+  /**
+   * How many endpoints the picker chose (its maxNumOfEndpoints, or fewer): the target and the first
+   * picked − 1 fallbacks. The ext_proc server lists exactly these, as llm-d's endpoint picker does.
+   */
+  readonly picked: number;
   /** Why there is no target. */
   readonly failure: string | null;
 }

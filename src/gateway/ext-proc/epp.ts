@@ -1,0 +1,281 @@
+/**
+ * `kvgate epp`'s composition root: the gateway's data layer, routing, admission and metrics (the
+ * same Gateway `kvgate serve` builds, minus its HTTP front door) behind an
+ * envoy.service.ext_proc.v3.ExternalProcessor gRPC server, as llm-d's endpoint picker runs
+ * (llm-d/llm-d-router@ebab6879 `pkg/epp/server/`): ext_proc on --grpc-port (TLS by default),
+ * grpc.health.v1.Health on --grpc-health-port (and on the ext_proc port, for Envoy's cluster health
+ * check) with services "", liveness, readiness and the ext_proc service — SERVING only while the
+ * data layer is ready, this replica is the leader and it is not draining — and Prometheus metrics
+ * (plus the read-only admin API) on --metrics-port.
+ *
+ * Seams for Kubernetes discovery: `source` (an EndpointSource it replaces as pods change),
+ * `resources` (InferenceObjective priorities and InferenceModelRewrites), `isLeader` and `ready`.
+ */
+import { createServer, type Server as HttpServer } from "node:http";
+import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
+import { HealthImplementation, type ServingStatus } from "grpc-health-check";
+import type { EndpointSource } from "../../datalayer/endpoints.ts";
+import type { PoolResources } from "../../datalayer/pool-resources.ts";
+import { createRng } from "../../scheduler/rng.ts";
+import { handleAdmin } from "../admin.ts";
+import { GatewayError, sendError } from "../errors.ts";
+import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
+import { type BoundAddress, listen } from "../listen.ts";
+import { EppMetrics } from "./metrics.ts";
+import {
+  EXT_PROC_SERVICE,
+  extProcService,
+  type ProcessingRequest,
+  type ProcessingResponse,
+} from "./proto.ts";
+import { type EppContext, ProcessStream } from "./stream.ts";
+import { readTlsDir, selfSigned, type TlsIdentity } from "./tls.ts";
+
+export interface EppOptions extends GatewayOptions {
+  /** ext_proc port; default 9002 (0 = any free port). */
+  grpcPort?: number;
+  /** Address of the gRPC and metrics servers; default 0.0.0.0. */
+  grpcHost?: string;
+  /** gRPC health port; default 9003. */
+  grpcHealthPort?: number;
+  /** Prometheus /metrics (and GET admin routes); default 9090. */
+  metricsPort?: number;
+  metricsHost?: string;
+  /** TLS on the ext_proc port; default true. */
+  secureServing?: boolean;
+  /** Directory with tls.crt and tls.key; default a self-signed certificate. */
+  certPath?: string;
+  /** Largest gRPC message accepted / sent, bytes; default grpc-js's (4 MiB received, unlimited sent). */
+  grpcMaxRecvMsgSize?: number;
+  grpcMaxSendMsgSize?: number;
+  /** The endpoints, instead of endpoints/endpointsFile (Kubernetes discovery replaces its specs). */
+  source?: EndpointSource;
+  /** The pool's InferenceObjectives and InferenceModelRewrites, read on every request. */
+  resources?: () => PoolResources;
+  /** Only the leader reports SERVING (HA with leader election); default always. */
+  isLeader?: () => boolean;
+  /** Whether discovery has synced; default: some endpoint has been scraped. */
+  ready?: () => boolean;
+  /** How often readiness is re-evaluated; default 250 ms. */
+  readyPollMs?: number;
+}
+
+export interface EppHandle {
+  gateway: Gateway;
+  grpc: { host: string; port: number; secure: boolean };
+  healthPort: number;
+  metrics: BoundAddress;
+  /** The certificate served on the ext_proc port (PEM), when TLS is on. */
+  certificate: string | null;
+  tlsOrigin: string | null;
+  /** What the health service reports for the ext_proc service now. */
+  serving(): boolean;
+  /** Health NOT_SERVING at once, then waits (up to drainTimeoutMs) for open streams to finish. */
+  drain(): Promise<void>;
+  /** drain(), then stops everything. */
+  close(): Promise<void>;
+}
+
+const SERVICES = ["", "readiness", EXT_PROC_SERVICE];
+
+function bindGrpc(server: Server, host: string, port: number, creds: ServerCredentials, flag: string) {
+  return new Promise<number>((resolve, reject) =>
+    server.bindAsync(`${host.includes(":") ? `[${host}]` : host}:${port}`, creds, (err, bound) =>
+      err
+        ? reject(
+            new Error(
+              `cannot listen on ${host}:${port} (${flag}): ${err.message}; pick another ${flag}, or ${flag} 0 for any free port`,
+            ),
+          )
+        : resolve(bound),
+    ),
+  );
+}
+
+/** The metrics port: GET routes of the admin API (/metrics, /endpoints, /config, /health) only. */
+function metricsServer(gw: Gateway): HttpServer {
+  return createServer((req, res) => {
+    if (req.method === "GET") return handleAdmin(gw, req, res);
+    req.resume();
+    sendError(
+      res,
+      new GatewayError(
+        405,
+        `${req.method} ${req.url} is not served on the metrics port; start kvgate epp with --admin-port for POST /explain and /reload`,
+        {
+          headers: { allow: "GET" },
+        },
+      ),
+    );
+  });
+}
+
+export async function startEpp(opts: EppOptions): Promise<EppHandle> {
+  const secure = opts.secureServing ?? true;
+  let tls: TlsIdentity | null = null;
+  if (secure) tls = opts.certPath !== undefined ? readTlsDir(opts.certPath) : await selfSigned();
+  else if (opts.certPath !== undefined)
+    throw new Error("--cert-path needs --secure-serving (it is the TLS certificate)");
+  const gw = await createGateway(opts, opts.source);
+  const metrics = new EppMetrics(gw.metrics.registry);
+  const rng = createRng(opts.seed ?? 1);
+  let draining = false;
+  let stopping = false;
+  let active = 0;
+  const mergedCache = {
+    config: null as unknown,
+    k8s: null as unknown,
+    merged: undefined as ReadonlyMap<string, number> | undefined,
+  };
+  const ctx: EppContext = {
+    gw,
+    metrics,
+    rng,
+    rewrites: () => opts.resources?.().rewrites ?? [],
+    objectives: () => {
+      const k8s = opts.resources?.().objectives;
+      if (!k8s || k8s.size === 0) return undefined;
+      const config = gw.routing.objectives;
+      if (mergedCache.config !== config || mergedCache.k8s !== k8s)
+        // InferenceObjectives from the cluster win over same-named ones in the config.
+        Object.assign(mergedCache, { config, k8s, merged: new Map([...config, ...k8s]) });
+      return mergedCache.merged;
+    },
+    shuttingDown: () => stopping,
+  };
+
+  const grpcOpts: Record<string, number> = {};
+  if (opts.grpcMaxRecvMsgSize !== undefined)
+    grpcOpts["grpc.max_receive_message_length"] = opts.grpcMaxRecvMsgSize;
+  if (opts.grpcMaxSendMsgSize !== undefined)
+    grpcOpts["grpc.max_send_message_length"] = opts.grpcMaxSendMsgSize;
+  const server = new Server(grpcOpts);
+  server.addService(extProcService(), {
+    Process: (call: ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
+      active++;
+      let ended = false;
+      let counted = true;
+      const gone = () => {
+        if (counted) {
+          counted = false;
+          active--;
+        }
+      };
+      const s = new ProcessStream(ctx, {
+        send: (r) => {
+          if (!ended) call.write(r);
+        },
+        end: () => {
+          if (ended) return;
+          ended = true;
+          call.end();
+        },
+        fail: (code, message) => {
+          if (ended) return;
+          ended = true;
+          call.emit("error", Object.assign(new Error(message), { code, details: message }));
+        },
+      });
+      call.on("data", (m: ProcessingRequest) => s.onMessage(m));
+      call.on("end", () => s.onClose(true));
+      call.on("cancelled", () => s.onClose(false));
+      call.on("error", () => s.onClose(false));
+      call.on("finish", gone);
+      call.on("close", gone);
+    },
+  });
+  const health = new HealthImplementation({ liveness: "SERVING" });
+  health.addToServer(server);
+  const healthServer = new Server();
+  health.addToServer(healthServer);
+
+  const dataReady = () =>
+    opts.ready ? opts.ready() : gw.data.store.all().some((r) => r.state.metrics !== null);
+  let last: ServingStatus | null = null;
+  const update = () => {
+    const st: ServingStatus =
+      !draining && (opts.isLeader?.() ?? true) && dataReady() ? "SERVING" : "NOT_SERVING";
+    if (st === last) return;
+    last = st;
+    for (const svc of SERVICES) health.setStatus(svc, st);
+  };
+  const host = opts.grpcHost ?? "0.0.0.0";
+  const metricsSrv = metricsServer(gw);
+  let timer: NodeJS.Timeout | null = null;
+  try {
+    const creds = tls
+      ? ServerCredentials.createSsl(
+          null,
+          [{ private_key: Buffer.from(tls.key), cert_chain: Buffer.from(tls.cert) }],
+          false,
+        )
+      : ServerCredentials.createInsecure();
+    const port = await bindGrpc(server, host, opts.grpcPort ?? 9002, creds, "--grpc-port");
+    const healthPort = await bindGrpc(
+      healthServer,
+      host,
+      opts.grpcHealthPort ?? 9003,
+      ServerCredentials.createInsecure(),
+      "--grpc-health-port",
+    );
+    const metricsBound = await listen(metricsSrv, opts.metricsPort ?? 9090, opts.metricsHost ?? host, {
+      port: "--metrics-port",
+      host: "--metrics-host",
+    });
+    if (opts.adminPort !== undefined)
+      await listen(gw.adminServer, opts.adminPort, opts.adminHost ?? "127.0.0.1", {
+        port: "--admin-port",
+        host: "--admin-host",
+      });
+    startDataLayer(gw);
+    update();
+    timer = setInterval(update, opts.readyPollMs ?? 250);
+    timer.unref();
+
+    let drained: Promise<void> | null = null;
+    const drain = () => {
+      drained ??= (async () => {
+        draining = true;
+        update();
+        const deadline = Date.now() + gw.opts.drainTimeoutMs;
+        while (active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      })();
+      return drained;
+    };
+    let closed: Promise<void> | null = null;
+    const close = () => {
+      closed ??= (async () => {
+        await drain();
+        stopping = true;
+        if (timer) clearInterval(timer);
+        for (const svc of [...SERVICES, "liveness"]) health.setStatus(svc, "NOT_SERVING");
+        server.forceShutdown();
+        healthServer.forceShutdown();
+        await new Promise<void>((r) => {
+          metricsSrv.close(() => r());
+          metricsSrv.closeAllConnections();
+        });
+        await gw.close();
+      })();
+      return closed;
+    };
+    return {
+      gateway: gw,
+      grpc: { host, port, secure: tls !== null },
+      healthPort,
+      metrics: metricsBound,
+      certificate: tls?.cert ?? null,
+      tlsOrigin: tls?.origin ?? null,
+      serving: () => last === "SERVING",
+      drain,
+      close,
+    };
+  } catch (err) {
+    if (timer) clearInterval(timer);
+    server.forceShutdown();
+    healthServer.forceShutdown();
+    metricsSrv.close();
+    await gw.close().catch(() => {});
+    throw err;
+  }
+}

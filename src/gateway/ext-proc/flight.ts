@@ -1,0 +1,91 @@
+/**
+ * One decided request's life after the pick, as the ext_proc server watches it go by: the response
+ * headers name the endpoint that served it (the proxy's `envoy.lb` metadata, after any retry) and
+ * start it (scheduler.onResponseStarted, endpoint marked answering, TTFT); response bytes are counted,
+ * scanned for usage and get the client's model name back; the end — response end of stream,
+ * trailers, or the stream going away (client disconnect, proxy error) — calls
+ * scheduler.onResponseComplete exactly once, so in-flight load and the prefix index learn exactly as
+ * they do behind `kvgate serve`.
+ */
+import { monotonicSeconds } from "../../datalayer/datastore.ts";
+import type { Decision } from "../decide.ts";
+import type { Gateway } from "../gateway.ts";
+import type { EppMetrics } from "./metrics.ts";
+import { ModelNameRestorer, UsageScanner } from "./response-body.ts";
+
+export class Flight {
+  readonly decision: Decision;
+  /** The endpoint serving the request: the pick, until the proxy says otherwise. */
+  served: string;
+  status = 0;
+  streaming: boolean;
+  readonly restorer: ModelNameRestorer | null;
+  readonly #gw: Gateway;
+  readonly #metrics: EppMetrics;
+  readonly #t0: number;
+  readonly #usage = new UsageScanner();
+  #bytes = 0;
+  #started = false;
+  #done = false;
+
+  constructor(gw: Gateway, metrics: EppMetrics, decision: Decision, t0: number) {
+    this.#gw = gw;
+    this.#metrics = metrics;
+    this.decision = decision;
+    this.#t0 = t0;
+    this.served = decision.targets[0];
+    this.streaming = decision.facts.stream;
+    const rw = decision.rewrite;
+    this.restorer =
+      rw && rw.target !== decision.clientModel ? new ModelNameRestorer(rw.target, rw.model) : null;
+    gw.metrics.requestRunning.inc(decision.labels);
+    gw.traffic.attempt(this.served, 0);
+  }
+
+  get done(): boolean {
+    return this.#done;
+  }
+
+  /** Response headers arrived: `served` is the proxy's served endpoint when it reports one. */
+  started(served: string | null, status: number, eventStream: boolean): void {
+    if (this.#started || this.#done) return;
+    this.#started = true;
+    if (served && served !== this.served) {
+      this.#gw.traffic.attempt(served, 1);
+      this.served = served;
+    }
+    this.status = status;
+    if (eventStream) this.streaming = true;
+    if (status > 0 && status < 500) this.#gw.data.store.reportRequestSuccess(this.served);
+    const d = this.decision;
+    this.#gw.metrics.ttft.observe(
+      { ...d.labels, streaming: String(this.streaming) },
+      (performance.now() - this.#t0) / 1000,
+    );
+    d.routing.scheduler.onResponseStarted(d.facts, this.served, monotonicSeconds());
+  }
+
+  /** The bytes to pass on for a response chunk. */
+  body(chunk: Buffer, end: boolean): Buffer {
+    this.#bytes += chunk.length;
+    this.#usage.push(chunk);
+    return this.restorer ? this.restorer.push(chunk, end) : chunk;
+  }
+
+  /** The response ended (`natural`) or the stream went away; only the first call counts. */
+  complete(natural: boolean): void {
+    if (this.#done) return;
+    this.#done = true;
+    const d = this.decision;
+    const m = this.#gw.metrics;
+    d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds());
+    m.requestRunning.dec(d.labels);
+    if (!natural) return;
+    m.requestDuration.observe(d.labels, (performance.now() - this.#t0) / 1000);
+    m.responseSize.observe(d.labels, this.#bytes);
+    if (this.status >= 400) m.requestErrorTotal.inc({ ...d.labels, error_code: `upstream-${this.status}` });
+    const u = this.#usage;
+    if (u.promptTokens !== null) this.#metrics.inputTokens.observe(d.labels, u.promptTokens);
+    if (u.completionTokens !== null) this.#metrics.outputTokens.observe(d.labels, u.completionTokens);
+  }
+}

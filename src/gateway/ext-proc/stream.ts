@@ -1,0 +1,412 @@
+/**
+ * One ext_proc Process stream = one HTTP request, as llm-d's endpoint picker speaks it
+ * (llm-d/llm-d-router@ebab6879 `pkg/epp/handlers/server.go`, `request.go`, `response.go`):
+ * request_headers (nothing sent yet, unless the request has no body) → request_body chunks,
+ * kept as they arrive and decoded once at the first end_of_stream (later body messages ignored:
+ * Envoy can repeat end_of_stream, gateway-api-inference-extension#2988) → the decision `kvgate serve`
+ * makes (decide.ts) → a request_headers answer carrying the pick, then the body re-sent as
+ * streamed_response chunks → response headers, body and trailers observed and passed straight on.
+ * Replies keep Envoy's order, headers → body → trailers; messages that arrive while a decision is
+ * being made wait their turn. BUFFERED request bodies get one BodyResponse carrying the pick instead.
+ * A message out of order ends the stream with a gRPC error saying what went wrong, never the process.
+ */
+import { randomUUID } from "node:crypto";
+import type { IncomingHttpHeaders } from "node:http";
+import { StringDecoder } from "node:string_decoder";
+import { status as GrpcStatus } from "@grpc/grpc-js";
+import { monotonicSeconds } from "../../datalayer/datastore.ts";
+import type { ModelRewrite } from "../../datalayer/pool-resources.ts";
+import type { Rng } from "../../scheduler/rng.ts";
+import { type DecideResult, decide, hostOf } from "../decide.ts";
+import { GatewayError } from "../errors.ts";
+import type { Gateway } from "../gateway.ts";
+import { isControlHeader } from "../headers.ts";
+import type { ApiRoute } from "../request-body.ts";
+import { encodeSessionToken } from "../routing.ts";
+import { Flight } from "./flight.ts";
+import {
+  DESTINATION_HEADER,
+  first,
+  type Headers,
+  immediate,
+  lbMetadata,
+  readHeaders,
+  servedEndpoint,
+  setHeader,
+  streamedBody,
+  subsetHint,
+} from "./messages.ts";
+import type { EppMetrics, StreamOutcome } from "./metrics.ts";
+import {
+  BodySendMode,
+  type HeaderMutation,
+  type HttpBody,
+  type HttpHeaders,
+  type PbStruct,
+  type ProcessingRequest,
+  type ProcessingResponse,
+} from "./proto.ts";
+
+/** What a stream needs from the server around it. */
+export interface EppContext {
+  readonly gw: Gateway;
+  readonly metrics: EppMetrics;
+  readonly rng: Rng;
+  rewrites(): readonly ModelRewrite[];
+  objectives(): ReadonlyMap<string, number> | undefined;
+  shuttingDown(): boolean;
+}
+
+/** How a stream talks back: a message, a clean end, or an end with a gRPC error. */
+export interface StreamIo {
+  send(r: ProcessingResponse): void;
+  end(): void;
+  fail(code: GrpcStatus, message: string): void;
+}
+
+type Phase =
+  | "request-headers"
+  | "request-body"
+  | "deciding"
+  | "request-done"
+  | "response"
+  | "response-done"
+  | "closed";
+
+const EMPTY = Buffer.alloc(0);
+const MODE_NAMES = ["NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FULL_DUPLEX_STREAMED", "GRPC"];
+const ROUTES: Array<[string, ApiRoute]> = [
+  ["/chat/completions", "chat"],
+  ["/completions", "completions"],
+  ["/embeddings", "embeddings"],
+];
+
+/** The OpenAI route a path ends with (llm-d resolves parsers by path suffix), or null: passthrough. */
+export function routeOf(path: string): ApiRoute | null {
+  const p = path.split("?")[0];
+  for (const [suffix, route] of ROUTES) if (p.endsWith(suffix)) return route;
+  return null;
+}
+
+export class ProcessStream {
+  readonly #ctx: EppContext;
+  readonly #io: StreamIo;
+  #phase: Phase = "request-headers";
+  #queue: ProcessingRequest[] | null = null;
+  #reqMode: number = BodySendMode.FULL_DUPLEX_STREAMED;
+  #respMode: number = BodySendMode.FULL_DUPLEX_STREAMED;
+  #silent = false;
+  #headers: Headers = {};
+  #route: ApiRoute | null = null;
+  #requestId: string | null = null;
+  #meta: Record<string, PbStruct> | undefined;
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  #text = "";
+  #decoder: StringDecoder | null = null;
+  #flight: Flight | null = null;
+  #t0 = 0;
+
+  constructor(ctx: EppContext, io: StreamIo) {
+    this.#ctx = ctx;
+    this.#io = io;
+    ctx.metrics.active.inc();
+  }
+
+  onMessage(m: ProcessingRequest): void {
+    if (this.#phase === "closed") return;
+    if (this.#queue) {
+      this.#queue.push(m);
+      return;
+    }
+    try {
+      this.#handle(m);
+    } catch (err) {
+      this.#internal(err);
+    }
+  }
+
+  /** The client ended its side (`end`) or the stream is gone (cancelled, error). */
+  onClose(clean: boolean): void {
+    if (this.#phase === "closed") return;
+    const finished = this.#phase === "response-done";
+    this.#close(!this.#flight ? "passthrough" : finished ? "completed" : "client-disconnect");
+    this.#flight?.complete(false);
+    if (clean) this.#io.end();
+  }
+
+  #handle(m: ProcessingRequest) {
+    const pc = m.protocol_config;
+    if (pc) {
+      this.#reqMode = pc.request_body_mode ?? BodySendMode.NONE;
+      this.#respMode = pc.response_body_mode ?? BodySendMode.NONE;
+    }
+    if (m.observability_mode) this.#silent = true;
+    if (m.metadata_context?.filter_metadata) this.#meta = m.metadata_context.filter_metadata;
+    switch (m.request) {
+      case "request_headers":
+        return this.#onRequestHeaders(m.request_headers ?? {});
+      case "request_body":
+        return this.#onRequestBody(m.request_body ?? {});
+      case "request_trailers":
+        return this.#onRequestTrailers(m);
+      case "response_headers":
+        return this.#onResponseHeaders(m.response_headers ?? {});
+      case "response_body":
+        return this.#onResponseBody(m.response_body ?? {});
+      case "response_trailers":
+        return this.#onResponseTrailers();
+      default:
+        return this.#protocolError(
+          "a ProcessingRequest carried none of request_headers, request_body, request_trailers, response_headers, response_body or response_trailers; check that the proxy speaks envoy.service.ext_proc.v3",
+        );
+    }
+  }
+
+  #send(r: ProcessingResponse) {
+    if (!this.#silent) this.#io.send(r);
+  }
+
+  #onRequestHeaders(h: HttpHeaders) {
+    if (this.#phase !== "request-headers")
+      return this.#protocolError(
+        "request_headers arrived twice on one stream; each Process stream carries one HTTP request (check the proxy's ext_proc filter)",
+      );
+    this.#t0 = performance.now();
+    this.#headers = readHeaders(h.headers);
+    this.#route = routeOf(first(this.#headers, ":path") ?? "/");
+    if (!first(this.#headers, "x-request-id")) this.#requestId = randomUUID();
+    if (this.#ctx.shuttingDown())
+      return this.#reject(
+        new GatewayError(
+          503,
+          "this kvgate epp is shutting down; the proxy should use another endpoint picker",
+          {
+            reason: "rejected-shutting-down",
+          },
+        ),
+      );
+    if (h.end_of_stream || this.#reqMode === BodySendMode.NONE) return this.#passthrough(false, true);
+    if (this.#reqMode !== BodySendMode.FULL_DUPLEX_STREAMED && this.#reqMode !== BodySendMode.BUFFERED)
+      return this.#protocolError(
+        `request_body_mode ${MODE_NAMES[this.#reqMode] ?? this.#reqMode} is not supported: configure the ext_proc filter with request_body_mode FULL_DUPLEX_STREAMED (or BUFFERED)`,
+        GrpcStatus.UNIMPLEMENTED,
+      );
+    // BUFFERED: Envoy waits for this answer before it sends the body; the pick rides on the body's.
+    if (this.#reqMode === BodySendMode.BUFFERED) this.#send({ request_headers: { response: {} } });
+    this.#phase = "request-body";
+    if (this.#route) this.#decoder = new StringDecoder("utf8");
+  }
+
+  #onRequestBody(b: HttpBody) {
+    if (this.#phase === "request-headers")
+      return this.#protocolError(
+        "request_body arrived before request_headers; the proxy must send headers first",
+      );
+    if (this.#phase !== "request-body") return; // after the first end_of_stream: ignored (GIE#2988)
+    const chunk = b.body ?? EMPTY;
+    if (chunk.length > 0) {
+      this.#bytes += chunk.length;
+      const limit = this.#ctx.gw.opts.maxBodyBytes;
+      if (this.#bytes > limit)
+        return this.#reject(
+          new GatewayError(413, `Request body too large: the limit is ${limit} bytes (--max-body-bytes)`),
+        );
+      this.#chunks.push(chunk);
+      if (this.#decoder) this.#text += this.#decoder.write(chunk);
+    }
+    const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
+    if (end || this.#reqMode === BodySendMode.BUFFERED) this.#decideNow(true);
+  }
+
+  #onRequestTrailers(m: ProcessingRequest) {
+    if (this.#phase === "request-headers")
+      return this.#protocolError("request_trailers arrived before request_headers");
+    if (this.#phase === "request-body") {
+      // The body ends with trailers: decide now, and answer the trailers after the body.
+      this.#decideNow(false);
+      this.#queue?.push(m);
+      return;
+    }
+    this.#send({ request_trailers: {} });
+  }
+
+  #decideNow(end: boolean) {
+    this.#phase = "deciding";
+    this.#queue = [];
+    if (!this.#route) {
+      this.#passthrough(true, end);
+      this.#drain();
+      return;
+    }
+    const text = this.#text + (this.#decoder?.end() ?? "");
+    this.#text = "";
+    this.#decoder = null;
+    const ctx = this.#ctx;
+    decide(ctx.gw, this.#route, text, this.#headers as IncomingHttpHeaders, {
+      subset: subsetHint(this.#meta),
+      rewrites: ctx.rewrites(),
+      rng: () => ctx.rng.next(),
+      objectives: ctx.objectives(),
+      bodyBytes: this.#bytes,
+    })
+      .then(
+        (r) => this.#applyDecision(r, end),
+        (err) => this.#internal(err),
+      )
+      .finally(() => this.#drain());
+  }
+
+  #drain() {
+    const q = this.#queue ?? [];
+    this.#queue = null;
+    for (const m of q) this.onMessage(m);
+  }
+
+  /** Control headers the client sent: removed, so none reaches a replica or its sidecar. */
+  #mutation(dest: readonly string[], extra: HeaderMutation["set_headers"] = []): HeaderMutation {
+    const set = [setHeader(DESTINATION_HEADER, dest.join(",")), ...extra];
+    if (this.#requestId) set.push(setHeader("x-request-id", this.#requestId));
+    return { set_headers: set, remove_headers: Object.keys(this.#headers).filter(isControlHeader) };
+  }
+
+  #answer(
+    dest: readonly string[],
+    mutation: HeaderMutation,
+    body: Buffer[] | null,
+    replaced: Buffer | null,
+    end: boolean,
+  ) {
+    const dynamic_metadata = lbMetadata(dest);
+    if (body && this.#reqMode === BodySendMode.BUFFERED) {
+      const response = {
+        header_mutation: mutation,
+        clear_route_cache: true,
+        ...(replaced ? { body_mutation: { body: replaced } } : {}),
+      };
+      this.#send({ request_body: { response }, dynamic_metadata });
+    } else {
+      this.#send({
+        request_headers: { response: { header_mutation: mutation, clear_route_cache: true } },
+        dynamic_metadata,
+      });
+      if (body) for (const r of streamedBody("request_body", body, end)) this.#send(r);
+    }
+    this.#chunks = [];
+    this.#phase = "request-done";
+  }
+
+  #applyDecision(r: DecideResult, end: boolean) {
+    if (!r.ok) {
+      if (this.#phase !== "closed") this.#reject(r.error);
+      return;
+    }
+    const d = r.decision;
+    this.#flight = new Flight(this.#ctx.gw, this.#ctx.metrics, d, this.#t0);
+    if (this.#phase === "closed") return this.#flight.complete(false); // the stream went away meanwhile
+    const dest = d.targets.slice(0, d.picked);
+    const extra = [];
+    if (d.body) extra.push(setHeader("content-length", String(d.body.length)));
+    if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
+    this.#answer(dest, this.#mutation(dest, extra), d.body ? [d.body] : this.#chunks, d.body, end);
+  }
+
+  /** No body to decide on (or a path kvgate does not parse): a ready endpoint at random, as llm-d. */
+  #passthrough(withBody: boolean, end: boolean) {
+    const gw = this.#ctx.gw;
+    const c = gw.data.store.candidates(null, monotonicSeconds());
+    const subset = subsetHint(this.#meta);
+    const hosts = subset ? new Set(subset.map(hostOf)) : null;
+    const eligible = c.ok ? (hosts ? c.candidates.filter((e) => hosts.has(hostOf(e.id))) : c.candidates) : [];
+    if (eligible.length === 0)
+      return this.#reject(
+        new GatewayError(
+          503,
+          "no endpoint is ready to serve this request; wait for the pool's replicas to become ready",
+          {
+            reason: "rejected-no-endpoints",
+          },
+        ),
+      );
+    const dest = [eligible[this.#ctx.rng.int(eligible.length)].id];
+    this.#answer(dest, this.#mutation(dest), withBody ? this.#chunks : null, null, end);
+  }
+
+  #onResponseHeaders(h: HttpHeaders) {
+    if (this.#phase === "response" || this.#phase === "response-done")
+      return this.#protocolError("response_headers arrived twice on one stream");
+    if (this.#phase !== "request-done")
+      return this.#protocolError(
+        "response_headers arrived before kvgate answered the request; the proxy must wait for the request's answer",
+      );
+    const hs = readHeaders(h.headers);
+    const f = this.#flight;
+    const mutation: HeaderMutation = {};
+    if (f) {
+      const status = Number(first(hs, ":status") ?? 0);
+      const eventStream = (first(hs, "content-type") ?? "").includes("text/event-stream");
+      f.started(servedEndpoint(this.#meta), status, eventStream);
+      const tokenHeader = f.decision.routing.sessionTokenHeader;
+      if (tokenHeader) mutation.set_headers = [setHeader(tokenHeader, encodeSessionToken(f.served))];
+      // A restored model name can change the body's length.
+      if (f.restorer && hs["content-length"] !== undefined) mutation.remove_headers = ["content-length"];
+    }
+    this.#send({ response_headers: { response: { header_mutation: mutation } } });
+    this.#phase = "response";
+    if (h.end_of_stream) this.#responseEnded();
+  }
+
+  #onResponseBody(b: HttpBody) {
+    if (this.#phase === "response-done") return; // a repeated end_of_stream
+    if (this.#phase !== "response")
+      return this.#protocolError("response_body arrived before response_headers");
+    const chunk = b.body ?? EMPTY;
+    const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
+    const out = this.#flight ? this.#flight.body(chunk, end) : chunk;
+    if (this.#respMode === BodySendMode.FULL_DUPLEX_STREAMED)
+      for (const r of streamedBody("response_body", [out], end)) this.#send(r);
+    else this.#send({ response_body: { response: out === chunk ? {} : { body_mutation: { body: out } } } });
+    if (end) this.#responseEnded();
+  }
+
+  #onResponseTrailers() {
+    if (this.#phase !== "response" && this.#phase !== "response-done")
+      return this.#protocolError("response_trailers arrived before response_headers");
+    this.#responseEnded();
+    this.#send({ response_trailers: {} });
+  }
+
+  #responseEnded() {
+    this.#phase = "response-done";
+    this.#flight?.complete(true);
+  }
+
+  #close(outcome: StreamOutcome) {
+    this.#phase = "closed";
+    this.#chunks = [];
+    this.#ctx.metrics.active.dec();
+    this.#ctx.metrics.streams.inc({ outcome });
+  }
+
+  #reject(err: GatewayError) {
+    this.#send(immediate(err));
+    this.#close(err.status >= 500 && err.reason === null ? "internal-error" : "rejected");
+    this.#io.end();
+  }
+
+  #protocolError(message: string, code: GrpcStatus = GrpcStatus.FAILED_PRECONDITION) {
+    this.#flight?.complete(false);
+    this.#close("protocol-error");
+    this.#io.fail(code, `kvgate epp: ${message}`);
+  }
+
+  #internal(err: unknown) {
+    if (this.#phase === "closed") return;
+    this.#ctx.gw.log(`kvgate epp: internal error: ${(err as Error)?.stack ?? err}`);
+    if (this.#phase === "request-headers" || this.#phase === "request-body" || this.#phase === "deciding")
+      return this.#reject(new GatewayError(500, "internal error in kvgate's endpoint picker; see its log"));
+    this.#flight?.complete(false);
+    this.#close("internal-error");
+    this.#io.fail(GrpcStatus.INTERNAL, "kvgate epp: internal error; see its log");
+  }
+}

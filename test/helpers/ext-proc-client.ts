@@ -1,0 +1,206 @@
+/**
+ * ext_proc test clients for `kvgate epp`: one built from kvgate's own minimal protos, one from the
+ * FULL upstream Envoy protos that ship in @grpc/grpc-js-xds (deps/envoy-api with its imports). That
+ * npm copy predates FULL_DUPLEX_STREAMED: it lacks BodyMutation.streamed_response = 3 with
+ * StreamedBodyResponse, ProcessingRequest.protocol_config = 11 with ProtocolConfiguration, and
+ * BodySendMode FULL_DUPLEX_STREAMED = 4. upstreamRoot() adds exactly those, with upstream's names
+ * and numbers (envoyproxy/data-plane-api @84e84367), through protobufjs reflection, so a client
+ * decodes what current Envoy would. Plus a call wrapper that collects responses and the final status,
+ * and builders for the messages Envoy sends.
+ */
+
+import { accessSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import {
+  type ClientDuplexStream,
+  credentials,
+  type GrpcObject,
+  loadPackageDefinition,
+  type ServiceClientConstructor,
+  type StatusObject,
+} from "@grpc/grpc-js";
+import { fromJSON } from "@grpc/proto-loader";
+import protobuf from "protobufjs";
+import type { PbStruct, ProcessingResponse } from "../../src/gateway/ext-proc/proto.ts";
+import { EXT_PROC_PROTO, LOADER_OPTIONS, PROTO_ROOT } from "../../src/gateway/ext-proc/proto.ts";
+
+const require = createRequire(import.meta.url);
+const XDS = dirname(require.resolve("@grpc/grpc-js-xds/package.json"));
+export const UPSTREAM_INCLUDE_DIRS = ["envoy-api", "xds", "googleapis", "protoc-gen-validate"].map((d) =>
+  join(XDS, "deps", d),
+);
+
+function rootFrom(dirs: string[]): protobuf.Root {
+  const root = new protobuf.Root();
+  const original = root.resolvePath.bind(root);
+  root.resolvePath = (origin, target) => {
+    for (const d of dirs) {
+      const p = join(d, target);
+      try {
+        accessSync(p);
+        return p;
+      } catch {}
+    }
+    return original(origin, target);
+  };
+  root.loadSync(EXT_PROC_PROTO, { keepCase: true });
+  root.resolveAll();
+  return root;
+}
+
+/** The upstream protos from @grpc/grpc-js-xds, with the three newer pieces added (see the header). */
+export function upstreamRoot(): protobuf.Root {
+  const root = rootFrom(UPSTREAM_INCLUDE_DIRS);
+  const ns = root.lookup("envoy.service.ext_proc.v3") as protobuf.Namespace;
+  const sbr = new protobuf.Type("StreamedBodyResponse")
+    .add(new protobuf.Field("body", 1, "bytes"))
+    .add(new protobuf.Field("end_of_stream", 2, "bool"))
+    .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
+    .add(new protobuf.Field("grpc_message_compressed", 4, "bool"));
+  ns.add(sbr);
+  const bm = root.lookupType("envoy.service.ext_proc.v3.BodyMutation");
+  const sr = new protobuf.Field("streamed_response", 3, "StreamedBodyResponse");
+  bm.oneofs.mutation.add(sr);
+  const mode = root.lookupEnum("envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode");
+  if (mode.values.FULL_DUPLEX_STREAMED === undefined) mode.add("FULL_DUPLEX_STREAMED", 4);
+  const modeType = ".envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode";
+  ns.add(
+    new protobuf.Type("ProtocolConfiguration")
+      .add(new protobuf.Field("request_body_mode", 1, modeType))
+      .add(new protobuf.Field("response_body_mode", 2, modeType))
+      .add(new protobuf.Field("send_body_without_waiting_for_header_response", 3, "bool")),
+  );
+  root
+    .lookupType("envoy.service.ext_proc.v3.ProcessingRequest")
+    .add(new protobuf.Field("protocol_config", 11, "ProtocolConfiguration"));
+  root.resolveAll();
+  return root;
+}
+
+/** kvgate's own protos. */
+export function kvgateRoot(): protobuf.Root {
+  return rootFrom([PROTO_ROOT]);
+}
+
+export function clientCtor(root: protobuf.Root): ServiceClientConstructor {
+  const pkg = loadPackageDefinition(fromJSON(root.toJSON(), LOADER_OPTIONS)) as GrpcObject;
+  const v3 = (((pkg.envoy as GrpcObject).service as GrpcObject).ext_proc as GrpcObject).v3 as GrpcObject;
+  return v3.ExternalProcessor as ServiceClientConstructor;
+}
+
+export type Req = Record<string, unknown>;
+
+/** One Process stream: send Envoy's messages, await kvgate's answers, read the final status. */
+export class ExtProcCall {
+  readonly responses: ProcessingResponse[] = [];
+  readonly status: Promise<StatusObject>;
+  readonly call: ClientDuplexStream<Req, ProcessingResponse>;
+  #wake: (() => void) | null = null;
+  #ended = false;
+
+  constructor(client: InstanceType<ServiceClientConstructor>) {
+    this.call = client.Process() as ClientDuplexStream<Req, ProcessingResponse>;
+    this.call.on("data", (r: ProcessingResponse) => {
+      this.responses.push(r);
+      this.#wake?.();
+    });
+    this.call.on("error", () => {});
+    this.status = new Promise((resolve) =>
+      this.call.on("status", (s: StatusObject) => {
+        this.#ended = true;
+        this.#wake?.();
+        resolve(s);
+      }),
+    );
+  }
+
+  send(...msgs: Req[]): this {
+    for (const m of msgs) this.call.write(m);
+    return this;
+  }
+
+  /** Resolves once at least `n` responses have arrived (rejects after `ms` or when the call ends). */
+  async waitFor(n: number, ms = 5000): Promise<ProcessingResponse[]> {
+    const deadline = Date.now() + ms;
+    while (this.responses.length < n) {
+      if (this.#ended) throw new Error(`stream ended after ${this.responses.length} of ${n} responses`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`timed out with ${this.responses.length} of ${n} responses`);
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, left);
+        this.#wake = () => {
+          clearTimeout(t);
+          r();
+        };
+      });
+    }
+    return this.responses;
+  }
+
+  end(): void {
+    this.call.end();
+  }
+}
+
+export function connect(
+  ctor: ServiceClientConstructor,
+  port: number,
+  cert: string | null,
+): InstanceType<ServiceClientConstructor> {
+  const creds = cert ? credentials.createSsl(Buffer.from(cert)) : credentials.createInsecure();
+  const opts = cert ? { "grpc.ssl_target_name_override": "localhost" } : {};
+  return new ctor(`127.0.0.1:${port}`, creds, opts);
+}
+
+export function headerMap(h: Record<string, string>): { headers: Array<{ key: string; raw_value: Buffer }> } {
+  return { headers: Object.entries(h).map(([key, v]) => ({ key, raw_value: Buffer.from(v) })) };
+}
+
+export const requestHeaders = (h: Record<string, string>, end = false): Req => ({
+  request_headers: { headers: headerMap(h), end_of_stream: end },
+});
+export const requestBody = (body: Buffer | string, end: boolean): Req => ({
+  request_body: { body: Buffer.from(body), end_of_stream: end },
+});
+export const responseHeaders = (h: Record<string, string>, served?: string, end = false): Req => ({
+  response_headers: { headers: headerMap(h), end_of_stream: end },
+  ...(served
+    ? {
+        metadata_context: {
+          filter_metadata: { "envoy.lb": structOf({ "x-gateway-destination-endpoint-served": served }) },
+        },
+      }
+    : {}),
+});
+export const responseBody = (body: Buffer | string, end: boolean): Req => ({
+  response_body: { body: Buffer.from(body), end_of_stream: end },
+});
+
+/** A google.protobuf.Struct (camelCase kinds, as protobufjs's built-in definition has them). */
+export function structOf(o: Record<string, string | string[]>): PbStruct {
+  const fields: PbStruct["fields"] = {};
+  for (const [k, v] of Object.entries(o))
+    fields[k] = Array.isArray(v)
+      ? { listValue: { values: v.map((s) => ({ stringValue: s })) } }
+      : { stringValue: v };
+  return { fields };
+}
+
+/** The header mutation's set_headers as a name → value map (raw_value preferred, as Envoy reads it). */
+export function setHeaders(
+  m: { set_headers?: Array<{ header: { key?: string; value?: string; raw_value?: Buffer } }> } | undefined,
+): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const o of m?.set_headers ?? [])
+    out[o.header.key ?? ""] = o.header.raw_value?.length
+      ? o.header.raw_value.toString()
+      : (o.header.value ?? "");
+  return out;
+}
+
+/** The envoy.lb destination in a response's dynamic metadata. */
+export function lbDestination(r: ProcessingResponse): string | undefined {
+  return r.dynamic_metadata?.fields?.["envoy.lb"]?.structValue?.fields?.["x-gateway-destination-endpoint"]
+    ?.stringValue;
+}
