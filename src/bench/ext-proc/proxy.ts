@@ -66,7 +66,11 @@ export async function startEnvoyLikeProxy(opts: EnvoyLikeProxyOptions): Promise<
   const creds = opts.tls
     ? grpc.credentials.createSsl(null, null, null, { rejectUnauthorized: false })
     : grpc.credentials.createInsecure();
-  const client = new Client(opts.extProc, creds, { "grpc.max_receive_message_length": 64 * 1024 * 1024 });
+  const client = new Client(opts.extProc, creds, {
+    "grpc.max_receive_message_length": 64 * 1024 * 1024,
+    // SNI cannot be an IP address (RFC 6066); the name is not checked anyway.
+    ...(opts.tls ? { "grpc.ssl_target_name_override": "kvgate-epp" } : {}),
+  });
   const maxStreams = opts.maxStreams ?? 1024;
   const stats: ProxyStats = {
     requests: 0,
