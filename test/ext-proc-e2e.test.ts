@@ -96,6 +96,37 @@ test("prefix affinity: requests sharing a long system prompt land on one replica
   assert.equal(rest, first);
 });
 
+test("BUFFERED body mode reaches the same replica as FULL_DUPLEX_STREAMED for a shared prefix", {
+  timeout: 60_000,
+}, async () => {
+  const buffered = await startEnvoyLikeProxy({
+    extProc: `127.0.0.1:${epp.grpc.port}`,
+    tls: true,
+    mode: "BUFFERED",
+    messageTimeoutMs: 10_000, // Envoy's 200 ms default is too tight for a loaded test machine
+  });
+  cleanups.push(() => buffered.close());
+  const viaBuffered = new OpenAI({ baseURL: `${buffered.url}/v1`, apiKey: "unused", maxRetries: 0 });
+  const home = await servedBy(async () => {
+    await ask("buffered 0");
+  });
+  const again = await servedBy(async () => {
+    for (let i = 1; i <= 3; i++) {
+      const r = await viaBuffered.chat.completions.create({
+        model: "m",
+        messages: [
+          { role: "system", content: system },
+          { role: "user", content: `buffered ${i}` },
+        ],
+        max_tokens: 4,
+      });
+      assert.equal(r.choices[0]!.finish_reason, "length");
+    }
+  });
+  assert.equal(again, home);
+  assert.equal(buffered.stats.timeouts + buffered.stats.spurious, 0);
+});
+
 test("an SSE stream passes through the proxy and ext_proc intact", { timeout: 30_000 }, async () => {
   const res = await fetch(`${proxy.url}/v1/chat/completions`, {
     method: "POST",

@@ -1,6 +1,6 @@
 /**
  * The Envoy-like client's protocol: Envoy's own proto files from @grpc/grpc-js-xds, which predate
- * FULL_DUPLEX_STREAMED, plus the three pieces current envoyproxy/data-plane-api has, pinned here by
+ * FULL_DUPLEX_STREAMED, plus the pieces current envoyproxy/data-plane-api has (and Envoy sends), pinned by
  * their wire numbers (hand-encoded bytes) rather than by the code that adds them; and header
  * mutations under Envoy's default rules.
  */
@@ -23,7 +23,12 @@ test("the npm copy of Envoy's protos lacks the full-duplex pieces; the loaded pr
     undefined,
   );
 
-  const { root, decodeResponse } = extProcProtocol();
+  const { root, decodeResponse, encodeRequest } = extProcProtocol();
+  // ProcessingRequest{ protocol_config(11): { request_body_mode(1): FULL_DUPLEX_STREAMED(4) } }
+  assert.deepEqual(
+    [...encodeRequest({ protocol_config: { request_body_mode: 4 } })],
+    [0x5a, 0x02, 0x08, 0x04],
+  );
   const mode = root.lookupEnum("envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode");
   assert.equal(mode.values["FULL_DUPLEX_STREAMED"], 4);
   // ProcessingResponse{ request_body(3): BodyResponse{ response(1): CommonResponse{ body_mutation(3):

@@ -112,6 +112,12 @@ test("FULL_DUPLEX_STREAMED: headers then streamed body before any reply, routed 
     "values go in raw_value",
   );
   assert.equal(msgs[0].request_headers.end_of_stream, false);
+  assert.deepEqual(
+    [msgs[0].protocol_config.request_body_mode, msgs[0].protocol_config.response_body_mode],
+    [4, 4],
+    "the first message says FULL_DUPLEX_STREAMED, as current Envoy does",
+  );
+  assert.equal(msgs[1].protocol_config, undefined, "only the first message carries protocol_config");
   assert.equal(h[DEST], "10.0.0.1:9", "the processor sees the client's forged header (and must remove it)");
   const bodies = msgs.filter((m) => m.request === "request_body");
   assert.ok(bodies.length >= 2, `a 200 KB body arrives in several chunks (got ${bodies.length})`);
@@ -236,6 +242,7 @@ test("BUFFERED: header reply awaited, then the whole body in one message; the bo
   assert.equal(res.status, 200, text);
   assert.equal(text, `[${JSON.stringify({ echo: 14, path: "/v1/completions" })}]`);
   assert.deepEqual(order, ["request_headers", "reply headers", "request_body:true"]);
+  assert.equal(fake.streams[0]![0].protocol_config.request_body_mode, 2, "BUFFERED");
   assert.equal(bodyOf(fake.streams[0]!, "request_body").toString(), payload);
   assert.equal(be.seen[0]!.body, '{"model":"m2"}');
   assert.equal(be.seen[0]!.headers["content-length"], "14");

@@ -88,7 +88,7 @@ export class Exchange {
     call.on("status", (s: { code: number }) => {
       if (s.code === 0 && this.#phase === "processing") this.#bypass(); // a clean close: carry on without it
     });
-    this.#req.sendHeaders(call, undefined);
+    this.#req.sendHeaders(call, undefined, true);
   }
 
   #onClientChunk(chunk: Buffer | null): void {

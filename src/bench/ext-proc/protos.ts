@@ -4,14 +4,19 @@
  *
  * The definitions are the upstream `envoyproxy/data-plane-api` files that `@grpc/grpc-js-xds` ships
  * under `deps/envoy-api` (with `deps/xds`, `deps/googleapis` and `deps/protoc-gen-validate` for their
- * imports). That copy predates the full-duplex body mode, so after loading, exactly the three pieces
- * current data-plane-api has and it lacks are added by reflection, with upstream's names and numbers:
+ * imports). That copy predates the full-duplex body mode, so after loading, the pieces current
+ * data-plane-api has and it lacks are added by reflection, with upstream's names and numbers:
  *   - `envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode.FULL_DUPLEX_STREAMED = 4`
  *     (`envoy/extensions/filters/http/ext_proc/v3/processing_mode.proto`);
  *   - `envoy.service.ext_proc.v3.StreamedBodyResponse { bytes body = 1; bool end_of_stream = 2; }`
  *     (`envoy/service/ext_proc/v3/external_processor.proto`; its later fields 3–4 serve the gRPC body
  *     mode and are not needed for HTTP bodies);
  *   - `BodyMutation.streamed_response = 3` in the `mutation` oneof, the reply FULL_DUPLEX_STREAMED needs.
+ *   - `ProcessingRequest.protocol_config = 11`, `ProtocolConfiguration { BodySendMode request_body_mode = 1;
+ *     BodySendMode response_body_mode = 2; bool send_body_without_waiting_for_header_response = 3; }`:
+ *     current Envoy puts it on the first message of every stream (`Filter::encodeProtocolConfig` in
+ *     `source/extensions/filters/http/ext_proc/ext_proc.cc`), and it is the only way a server can tell
+ *     BUFFERED from FULL_DUPLEX_STREAMED before the body arrives.
  * Without them a client decodes a server's `streamed_response` as an empty `body_mutation`.
  *
  * `@grpc/grpc-js-xds` is a devDependency: this module (and everything in src/bench/ext-proc/) is for
@@ -66,6 +71,18 @@ export function addFullDuplexPieces(root: protobuf.Root): void {
         .add(new protobuf.Field("body", 1, "bytes"))
         .add(new protobuf.Field("end_of_stream", 2, "bool")),
     );
+  }
+  if (!pkg.get("ProtocolConfiguration")) {
+    const mode = "envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode";
+    pkg.add(
+      new protobuf.Type("ProtocolConfiguration")
+        .add(new protobuf.Field("request_body_mode", 1, mode))
+        .add(new protobuf.Field("response_body_mode", 2, mode))
+        .add(new protobuf.Field("send_body_without_waiting_for_header_response", 3, "bool")),
+    );
+    root
+      .lookupType("envoy.service.ext_proc.v3.ProcessingRequest")
+      .add(new protobuf.Field("protocol_config", 11, "ProtocolConfiguration"));
   }
   const mutation = root.lookupType("envoy.service.ext_proc.v3.BodyMutation");
   if (!mutation.fields["streamed_response"]) {

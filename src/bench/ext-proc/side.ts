@@ -63,10 +63,18 @@ export class Side {
     return out;
   }
 
-  sendHeaders(call: ExtProcCall, metadata: object | undefined): void {
+  /** `first`: the stream's first message, which carries protocol_config as current Envoy sends it. */
+  sendHeaders(call: ExtProcCall, metadata: object | undefined, first = false): void {
+    const mode = this.env.mode === "FULL_DUPLEX_STREAMED" ? 4 : 2;
+    const protocol = {
+      request_body_mode: mode,
+      response_body_mode: mode,
+      send_body_without_waiting_for_header_response: false,
+    };
     call.write({
       [`${this.kind}_headers`]: { headers: toHeaderMap(this.headers), end_of_stream: this.noBody },
       metadata_context: metadata ?? {},
+      ...(first ? { protocol_config: protocol } : {}),
     });
     this.state = "headers";
     this.#startTimer();
