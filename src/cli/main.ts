@@ -1,6 +1,6 @@
 /**
  * The `kvgate` command line: builds the commander program and registers each command from its own
- * file (sim-replica here; serve, bench, demo and simulate register the same way). Usage errors exit
+ * file (sim-replica here; serve, epp, bench, demo and simulate register the same way). Usage errors exit
  * with code 2 and a message naming the flag; any other error exits 1 with its message, never a stack.
  * `--version` prints package.json's version.
  */
@@ -10,6 +10,7 @@ import { Command, CommanderError } from "commander";
 import { KVGATE_VERSION } from "../bench/version.ts";
 import { registerBench } from "./bench.ts";
 import { registerDemo } from "./demo.ts";
+import { registerEpp } from "./epp.ts";
 import { registerReport } from "./report.ts";
 import { registerServe } from "./serve.ts";
 import { registerSimFleet } from "./sim-fleet.ts";
@@ -30,6 +31,7 @@ export function buildProgram(): Command {
   registerSimReplica(program);
   registerSimFleet(program);
   registerServe(program);
+  registerEpp(program);
   registerBench(program);
   registerDemo(program);
   registerReport(program);

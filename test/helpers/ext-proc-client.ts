@@ -6,7 +6,7 @@
  * BodySendMode FULL_DUPLEX_STREAMED = 4. upstreamRoot() adds exactly those, with upstream's names
  * and numbers (envoyproxy/data-plane-api @84e84367), through protobufjs reflection, so a client
  * decodes what current Envoy would. Plus a call wrapper that collects responses and the final status,
- * and builders for the messages Envoy sends.
+ * builders for the messages Envoy sends, and a pool of fake replicas with an EPP in front.
  */
 
 import { accessSync } from "node:fs";
@@ -22,8 +22,10 @@ import {
 } from "@grpc/grpc-js";
 import { fromJSON } from "@grpc/proto-loader";
 import protobuf from "protobufjs";
+import { type EppHandle, type EppOptions, startEpp } from "../../src/gateway/ext-proc/epp.ts";
 import type { PbStruct, ProcessingResponse } from "../../src/gateway/ext-proc/proto.ts";
 import { EXT_PROC_PROTO, LOADER_OPTIONS, PROTO_ROOT } from "../../src/gateway/ext-proc/proto.ts";
+import { type FakeServer, modelList, startFake, vllmMetrics, waitFor } from "./gateway-fakes.ts";
 
 const require = createRequire(import.meta.url);
 const XDS = dirname(require.resolve("@grpc/grpc-js-xds/package.json"));
@@ -203,4 +205,59 @@ export function setHeaders(
 export function lbDestination(r: ProcessingResponse): string | undefined {
   return r.dynamic_metadata?.fields?.["envoy.lb"]?.structValue?.fields?.["x-gateway-destination-endpoint"]
     ?.stringValue;
+}
+
+/** Fake vLLM replicas (metrics and model list only: ext_proc never forwards) and an EPP in front. */
+export async function startPool(
+  n: number,
+  load: { waiting?: number; kv?: number } = {},
+  models: string[] = ["m"],
+  metricsOk = true,
+): Promise<FakeServer[]> {
+  return Promise.all(
+    Array.from({ length: n }, () =>
+      startFake({
+        "GET /metrics": (_q, res) =>
+          void (metricsOk ? res.writeHead(200).end(vllmMetrics(load)) : res.writeHead(500).end()),
+        "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList(...models)),
+      }),
+    ),
+  );
+}
+
+export async function startTestEpp(pool: FakeServer[], opts: Partial<EppOptions> = {}): Promise<EppHandle> {
+  const epp = await startEpp({
+    endpoints: pool.map((f) => f.id).join(","),
+    grpcHost: "127.0.0.1",
+    grpcPort: 0,
+    grpcHealthPort: 0,
+    metricsPort: 0,
+    scrapeIntervalMs: 20,
+    readyPollMs: 20,
+    seed: 7,
+    log: () => {},
+    ...opts,
+  });
+  if (opts.endpoints === undefined && opts.source === undefined)
+    await waitFor(
+      () => epp.gateway.data.store.all().every((r) => r.modelIds !== null || r.health === "unhealthy"),
+      "every replica scraped",
+    );
+  return epp;
+}
+
+/** In-flight requests the scheduler's inflight-load-producer counts on `id`. */
+export function inFlight(epp: EppHandle, id: string): number {
+  const v = epp.gateway.routing.scheduler.endpointViews(id)["inflight-load-producer"];
+  return Number(v?.inFlightRequests ?? Number.NaN);
+}
+
+export const CHAT_PATH = {
+  ":method": "POST",
+  ":path": "/v1/chat/completions",
+  "content-type": "application/json",
+};
+
+export function chatBody(content: string, model = "m", stream = true): string {
+  return JSON.stringify({ model, messages: [{ role: "user", content }], stream, max_tokens: 8 });
 }
