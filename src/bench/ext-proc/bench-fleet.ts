@@ -1,8 +1,9 @@
 /**
  * bench:ext-proc's fixtures: cheap fake model servers (only `/metrics` in vLLM's format and
  * `/v1/models`, so the EPP's data layer scrapes them and counts them ready; no inference traffic goes
- * to them, because the bench measures decisions, not replicas), and one `kvgate epp` child process
- * (its own process, so its CPU is separate from the load generator's and can be read from /proc).
+ * to them, because the bench measures decisions, not replicas), run in a process of their own, and
+ * one `kvgate epp` child process (its own process, so its CPU is separate from the load generator's
+ * and can be read from /proc).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -58,6 +59,34 @@ export async function startFakeFleet(n: number, model: string): Promise<FakeFlee
         s.closeAllConnections();
         await new Promise<void>((r) => s.close(() => r()));
       }
+    },
+  };
+}
+
+/** The fake endpoints in a child process of their own (fake-fleet-main.ts). */
+export async function spawnFakeFleet(n: number, model: string): Promise<FakeFleet> {
+  const main = fileURLToPath(new URL("./fake-fleet-main.ts", import.meta.url));
+  const child = spawn(process.execPath, ["--import", "tsx", main, String(n), model], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  const endpoints = await new Promise<string[]>((resolve, reject) => {
+    child.stdout!.setEncoding("utf8").on("data", (d: string) => {
+      out += d;
+      const line = out.split("\n").find((l) => l.startsWith("{"));
+      if (line) resolve((JSON.parse(line) as { endpoints: string[] }).endpoints);
+    });
+    child.once("exit", (code) =>
+      reject(new Error(`the fake endpoints exited (code ${code}) before starting`)),
+    );
+  });
+  return {
+    endpoints,
+    close: async () => {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      await exited;
     },
   };
 }

@@ -192,8 +192,14 @@ function runOne(client: grpc.Client, chunks: Buffer[], o: LoadOptions, seq: numb
             if (responses === 2) call.end();
           }
           return;
-        case "immediate_response":
-          return finish(`immediate ${m.immediate_response?.status?.code ?? "?"}`);
+        case "immediate_response": {
+          const ir = m.immediate_response;
+          const reason = ir?.headers?.set_headers?.find(
+            (h) => h.header?.key === "x-llm-d-request-dropped-reason",
+          );
+          const why = reason?.header?.raw_value?.toString() ?? "";
+          return finish(`immediate ${ir?.status?.code ?? "?"}${why ? ` ${why}` : ""}`);
+        }
         default:
           return finish(`unexpected ${m.response}`);
       }

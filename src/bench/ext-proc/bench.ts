@@ -17,6 +17,7 @@
  *
  *   npm run bench:ext-proc -- [--levels 1,64,1024,10000] [--duration 10] [--warmup 3] [--endpoints 8]
  *     [--streams-per-connection 256] [--body-bytes 40000] [--chunk-bytes 62000] [--plaintext]
+ *     [--request-timeout 600]
  *     [--json results/bench-ext-proc.json] [-- <extra kvgate epp flags>]
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -24,7 +25,7 @@ import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { table } from "../format.ts";
-import { spawnEpp, startFakeFleet } from "./bench-fleet.ts";
+import { spawnEpp, spawnFakeFleet } from "./bench-fleet.ts";
 import { chatBodies, encodeBodies, type LevelResult, runLevel } from "./bench-load.ts";
 
 const TARGET_RATE = 3000;
@@ -41,6 +42,7 @@ const { values: args, positionals } = parseArgs({
     "body-bytes": { type: "string", default: "40000" },
     "chunk-bytes": { type: "string", default: "62000" },
     groups: { type: "string", default: "16" },
+    "request-timeout": { type: "string", default: "600" },
     plaintext: { type: "boolean", default: false },
     json: { type: "string", default: "results/bench-ext-proc.json" },
   },
@@ -58,7 +60,7 @@ async function main() {
   const started = new Date().toISOString();
   const loadStart = os.loadavg();
   const levels = args.levels!.split(",").map((l) => num("levels", l));
-  const fleet = await startFakeFleet(num("endpoints", args.endpoints), "m");
+  const fleet = await spawnFakeFleet(num("endpoints", args.endpoints), "m");
   const bodies = chatBodies(512, num("groups", args.groups), num("body-bytes", args["body-bytes"]));
   const avgBody = bodies.reduce((a, b) => a + b.length, 0) / bodies.length;
   const chunkBytes = num("chunk-bytes", args["chunk-bytes"]);
@@ -95,7 +97,7 @@ async function main() {
         warmupMs: num("warmup", args.warmup) * 1000,
         streamsPerConnection: num("streams-per-connection", args["streams-per-connection"]),
         encoded,
-        requestTimeoutMs: 120_000,
+        requestTimeoutMs: num("request-timeout", args["request-timeout"]) * 1000,
       });
       clearInterval(sampler);
       const cpu1 = epp.cpuSeconds();
