@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import OpenAI from "openai";
+import { chatBodies, encodeBodies, runLevel } from "../src/bench/ext-proc/bench-load.ts";
 import { type EnvoyLikeProxy, startEnvoyLikeProxy } from "../src/bench/ext-proc/proxy.ts";
 import type { ModelRewrite } from "../src/datalayer/pool-resources.ts";
 import { type EppHandle, type EppOptions, startEpp } from "../src/gateway/ext-proc/epp.ts";
@@ -277,4 +278,29 @@ test("when a replica dies the picks move to the live ones", { timeout: 60_000 },
     live.reduce((n, r, i) => n + served(r) - before[i]!, 0),
     4,
   );
+});
+
+test("bench:ext-proc's load generator completes whole Envoy-like conversations with kvgate epp", {
+  timeout: 60_000,
+}, async () => {
+  const bodies = chatBodies(4, 2, 40_000);
+  for (const b of bodies) {
+    const chat = JSON.parse(b.toString());
+    assert.equal(chat.model, "m");
+    assert.ok(Math.abs(b.length - 40_000) < 2_000, `an ~8k-token chat body is ~40 KB (got ${b.length})`);
+  }
+  const r = await runLevel({
+    target: `127.0.0.1:${epp.grpc.port}`,
+    secure: epp.grpc.secure,
+    concurrency: 4,
+    durationMs: 300,
+    warmupMs: 0,
+    streamsPerConnection: 2,
+    encoded: encodeBodies(bodies, 16_000),
+    requestTimeoutMs: 30_000,
+  });
+  assert.deepEqual(r.errors, {});
+  assert.equal(r.connections, 2);
+  assert.equal(r.maxOpenStreams, 4);
+  assert.ok(r.allDecisions >= 4, "every stream got its decision");
 });
