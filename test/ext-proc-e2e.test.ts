@@ -8,7 +8,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import OpenAI from "openai";
-import { chatBodies, encodeBodies, runLevel } from "../src/bench/ext-proc/bench-load.ts";
+import { chatBodies, encodeBodies } from "../src/bench/ext-proc/bench-bodies.ts";
+import { runLevel } from "../src/bench/ext-proc/bench-load.ts";
 import { type EnvoyLikeProxy, startEnvoyLikeProxy } from "../src/bench/ext-proc/proxy.ts";
 import type { ModelRewrite } from "../src/datalayer/pool-resources.ts";
 import { type EppHandle, type EppOptions, startEpp } from "../src/gateway/ext-proc/epp.ts";

@@ -25,8 +25,9 @@ import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { table } from "../format.ts";
+import { chatBodies, encodeBodies } from "./bench-bodies.ts";
 import { spawnEpp, spawnFakeFleet } from "./bench-fleet.ts";
-import { chatBodies, encodeBodies, type LevelResult, runLevel } from "./bench-load.ts";
+import { type LevelResult, runLevel } from "./bench-load.ts";
 
 const TARGET_RATE = 3000;
 const TARGET_P99_MS = 5;

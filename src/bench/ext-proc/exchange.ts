@@ -46,7 +46,6 @@ export class Exchange {
   #upStarted = false;
   #upResponse: UpstreamResponse | null = null;
   #headWritten = false;
-  #served: string | null = null;
   readonly #abort = new AbortController();
 
   constructor(
@@ -73,10 +72,8 @@ export class Exchange {
     const call = this.env.openStream();
     if (typeof call === "string") {
       if (call === "overflow") this.env.stats.overflows++;
-      this.#failure(
-        500,
-        `ext_proc_error_gRPC_error_14{${call === "overflow" ? "upstream overflow" : "no healthy upstream"}}`,
-      );
+      const why = call === "overflow" ? "upstream overflow" : "no healthy upstream";
+      this.#failure(500, `ext_proc_error_gRPC_error_14{${why}}`);
       return;
     }
     this.#call = call;
@@ -192,7 +189,6 @@ export class Exchange {
       return;
     }
     this.#upResponse = r;
-    this.#served = r.served;
     const headers = responseHeaderList(r.status, r.headers);
     const cl = first(headers, "content-length");
     const noBody = r.status === 204 || r.status === 304 || first(this.#req.headers, ":method") === "HEAD";
@@ -274,10 +270,7 @@ export class Exchange {
   }
 
   #localReply(status: number, body: Buffer, mutation: ImmediateResponse["headers"]): void {
-    this.#phase = "done";
-    this.#closeStream(true);
-    this.#abort.abort();
-    this.#upResponse?.body.destroy();
+    this.#terminate();
     if (this.reply.headersSent) {
       this.reply.destroy();
       return;
@@ -293,7 +286,7 @@ export class Exchange {
   #bypass(): void {
     if (this.#phase !== "processing") return;
     this.#phase = "bypass";
-    this.env.stats.failOpen++;
+    this.env.stats.bypassed++;
     this.#closeStream(true);
     if (this.#upResponse) this.#pipeResponse();
     else this.#pipeRequest();

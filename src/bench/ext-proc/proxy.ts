@@ -76,7 +76,7 @@ export async function startEnvoyLikeProxy(opts: EnvoyLikeProxyOptions): Promise<
     requests: 0,
     streamsStarted: 0,
     overflows: 0,
-    failOpen: 0,
+    bypassed: 0,
     spurious: 0,
     grpcErrors: 0,
     timeouts: 0,

@@ -13,7 +13,8 @@ export interface ProxyStats {
   requests: number;
   streamsStarted: number;
   overflows: number;
-  failOpen: number;
+  /** Requests that went on without ext_proc (fail-open, or the server closed the stream cleanly). */
+  bypassed: number;
   spurious: number;
   grpcErrors: number;
   timeouts: number;
