@@ -36,8 +36,17 @@ export interface FakeFleet {
   close(): Promise<void>;
 }
 
-/** `n` loopback servers answering `/metrics` and `/v1/models` for `model`. */
-export async function startFakeFleet(n: number, model: string): Promise<FakeFleet> {
+const COMPLETION = JSON.stringify({
+  id: "chatcmpl-fake",
+  object: "chat.completion",
+  model: "m",
+  choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
+  usage: { prompt_tokens: 8192, completion_tokens: 1, total_tokens: 8193 },
+});
+
+/** `n` loopback servers answering `/metrics` and `/v1/models` for `model`, and (for the proxy
+ *  demonstration only) `POST /v1/chat/completions` with a fixed reply after `holdMs`. */
+export async function startFakeFleet(n: number, model: string, holdMs = 0): Promise<FakeFleet> {
   const metrics = metricsText(model);
   const models = JSON.stringify({ object: "list", data: [{ id: model, object: "model", owned_by: "vllm" }] });
   const servers: Server[] = [];
@@ -47,7 +56,15 @@ export async function startFakeFleet(n: number, model: string): Promise<FakeFlee
       if (req.url === "/metrics") res.writeHead(200, { "content-type": "text/plain" }).end(metrics);
       else if (req.url === "/v1/models")
         res.writeHead(200, { "content-type": "application/json" }).end(models);
-      else res.writeHead(404).end("the bench's fake endpoints only serve /metrics and /v1/models");
+      else if (req.method === "POST" && req.url === "/v1/chat/completions") {
+        req.on("end", () =>
+          setTimeout(
+            () => res.writeHead(200, { "content-type": "application/json" }).end(COMPLETION),
+            holdMs,
+          ),
+        );
+      } else
+        res.writeHead(404).end("the bench's fake endpoints serve /metrics, /v1/models and chat completions");
     });
     await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", () => resolve()));
     servers.push(s);
@@ -64,9 +81,9 @@ export async function startFakeFleet(n: number, model: string): Promise<FakeFlee
 }
 
 /** The fake endpoints in a child process of their own (fake-fleet-main.ts). */
-export async function spawnFakeFleet(n: number, model: string): Promise<FakeFleet> {
+export async function spawnFakeFleet(n: number, model: string, holdMs = 0): Promise<FakeFleet> {
   const main = fileURLToPath(new URL("./fake-fleet-main.ts", import.meta.url));
-  const child = spawn(process.execPath, ["--import", "tsx", main, String(n), model], {
+  const child = spawn(process.execPath, ["--import", "tsx", main, String(n), model, String(holdMs)], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   let out = "";

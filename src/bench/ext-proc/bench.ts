@@ -13,11 +13,13 @@
  * Targets (from the issue): ≥ 3,000 decisions/s with p99 < 5 ms at 1,024 streams, and 10,000
  * concurrent streams held with no errors. Anchors: one llm-d EPP ≈ 324–388 req/s; Envoy's ext_proc
  * cluster overflows at its default 1,024 concurrent streams (its circuit breaker, which the test
- * proxy's maxStreams reproduces; this bench talks to the EPP directly).
+ * proxy's maxStreams reproduces). The levels talk to the EPP directly; after them, --proxy-demo
+ * simultaneous requests go through the Envoy-like proxy with its stream cap at Envoy's 1,024 and at
+ * the 40,000 llm-d's reference Envoy sets, and the table shows how many overflowed (FailClose 500).
  *
  *   npm run bench:ext-proc -- [--levels 1,64,1024,10000] [--duration 10] [--warmup 3] [--endpoints 8]
  *     [--streams-per-connection 256] [--body-bytes 40000] [--chunk-bytes 62000] [--plaintext]
- *     [--request-timeout 600]
+ *     [--request-timeout 600] [--proxy-demo 2048] [--proxy-hold-ms 3000]
  *     [--json results/bench-ext-proc.json] [-- <extra kvgate epp flags>]
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -28,6 +30,7 @@ import { table } from "../format.ts";
 import { chatBodies, encodeBodies } from "./bench-bodies.ts";
 import { spawnEpp, spawnFakeFleet } from "./bench-fleet.ts";
 import { type LevelResult, runLevel } from "./bench-load.ts";
+import { type CapResult, proxyCapDemo } from "./bench-proxy-cap.ts";
 
 const TARGET_RATE = 3000;
 const TARGET_P99_MS = 5;
@@ -44,6 +47,8 @@ const { values: args, positionals } = parseArgs({
     "chunk-bytes": { type: "string", default: "62000" },
     groups: { type: "string", default: "16" },
     "request-timeout": { type: "string", default: "600" },
+    "proxy-demo": { type: "string", default: "2048" },
+    "proxy-hold-ms": { type: "string", default: "3000" },
     plaintext: { type: "boolean", default: false },
     json: { type: "string", default: "results/bench-ext-proc.json" },
   },
@@ -61,7 +66,11 @@ async function main() {
   const started = new Date().toISOString();
   const loadStart = os.loadavg();
   const levels = args.levels!.split(",").map((l) => num("levels", l));
-  const fleet = await spawnFakeFleet(num("endpoints", args.endpoints), "m");
+  const fleet = await spawnFakeFleet(
+    num("endpoints", args.endpoints),
+    "m",
+    num("proxy-hold-ms", args["proxy-hold-ms"]),
+  );
   const bodies = chatBodies(512, num("groups", args.groups), num("body-bytes", args["body-bytes"]));
   const avgBody = bodies.reduce((a, b) => a + b.length, 0) / bodies.length;
   const chunkBytes = num("chunk-bytes", args["chunk-bytes"]);
@@ -80,6 +89,7 @@ async function main() {
     eppMaxActiveStreams: number | null;
   };
   const results: Row[] = [];
+  let capResults: CapResult[] = [];
   try {
     for (const concurrency of levels) {
       const cpu0 = epp.cpuSeconds();
@@ -115,6 +125,19 @@ async function main() {
         `  ${concurrency} streams: ${f(r.decisionsPerSec, 0)} decisions/s, p50 ${f(r.latencyMs.p50, 2)} ms, ` +
           `p99 ${f(r.latencyMs.p99, 2)} ms, ${r.errorCount} errors${r.errorCount ? ` ${JSON.stringify(r.errors)}` : ""}`,
       );
+    }
+    const demo = num("proxy-demo", args["proxy-demo"]);
+    if (demo > 0) {
+      console.log(
+        `  ${demo} simultaneous requests through the Envoy-like proxy at stream caps 1,024 and 40,000 ...`,
+      );
+      capResults = await proxyCapDemo({
+        target: epp.target,
+        secure: epp.secure,
+        requests: demo,
+        caps: [1024, 40_000],
+        body: bodies[0]!,
+      });
     }
   } finally {
     await epp.close();
@@ -159,6 +182,20 @@ async function main() {
       ]),
     )}`,
   );
+  if (capResults.length) {
+    console.log(
+      `\nEnvoy's ext_proc stream cap (the cluster circuit breaker), through the Envoy-like proxy:\n${table(
+        ["stream cap", "requests", "served", "overflowed (500)", "other"],
+        capResults.map((c) => [
+          String(c.cap),
+          String(c.requests),
+          String(c.served),
+          String(c.overflowed),
+          Object.keys(c.other).length ? JSON.stringify(c.other) : "-",
+        ]),
+      )}`,
+    );
+  }
   const at1024 = results.find((r) => r.concurrency === 1024);
   const at10k = results.find((r) => r.concurrency === 10_000);
   const verdicts = {
@@ -216,6 +253,7 @@ async function main() {
     targets: { decisionsPerSecAt1024: TARGET_RATE, p99MsAt1024: TARGET_P99_MS, held: 10_000 },
     verdicts,
     levels: results,
+    proxyCap: capResults,
   };
   const path = resolve(args.json!);
   mkdirSync(dirname(path), { recursive: true });

@@ -131,7 +131,8 @@ export async function startEnvoyLikeProxy(opts: EnvoyLikeProxyOptions): Promise<
   server.keepAliveTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(opts.port ?? 0, opts.host ?? "127.0.0.1", () => resolve());
+    // A deep accept queue: thousands of clients may connect at once (the cap demonstration).
+    server.listen({ port: opts.port ?? 0, host: opts.host ?? "127.0.0.1", backlog: 8192 }, () => resolve());
   });
   const port = (server.address() as AddressInfo).port;
   return {
