@@ -2,7 +2,8 @@
  * `kvgate epp`: the scheduler, data layer and admission of `kvgate serve` as an Envoy ext_proc
  * endpoint picker, with llm-d's EPP flag names (llm-d/llm-d-router@ebab6879 `pkg/epp/server/options.go`)
  * where llm-d has them, plus kvgate's --endpoints/--endpoints-file for use without Kubernetes. With
- * --pool-name and no endpoint flag, endpoints come from Kubernetes discovery (epp-kubernetes.ts).
+ * --pool-name and no endpoint flag, endpoints, objectives and rewrites come from Kubernetes discovery
+ * (epp-kubernetes.ts), and with --ha-enable-leader-election only the Lease holder reports SERVING.
  * Prints one startup line; SIGTERM/SIGINT turn health NOT_SERVING at once, let open streams finish
  * for --drain-timeout, then exit 0. Bad flags exit 2 with what to do.
  */

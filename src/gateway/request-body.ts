@@ -10,6 +10,19 @@ import { badRequest, GatewayError } from "./errors.ts";
 
 export type ApiRoute = "completions" | "chat" | "embeddings";
 
+const ROUTES: Array<[string, ApiRoute]> = [
+  ["/chat/completions", "chat"],
+  ["/completions", "completions"],
+  ["/embeddings", "embeddings"],
+];
+
+/** The OpenAI route a path ends with (llm-d resolves parsers by path suffix), or null: passthrough. */
+export function routeOf(path: string): ApiRoute | null {
+  const p = path.split("?")[0];
+  for (const [suffix, route] of ROUTES) if (p.endsWith(suffix)) return route;
+  return null;
+}
+
 export interface ParsedRequest {
   route: ApiRoute;
   model: string;

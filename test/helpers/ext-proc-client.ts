@@ -2,8 +2,9 @@
  * ext_proc test clients for `kvgate epp`: one built from kvgate's own minimal protos, one from the
  * FULL upstream Envoy protos that ship in @grpc/grpc-js-xds (deps/envoy-api with its imports). That
  * npm copy predates FULL_DUPLEX_STREAMED: it lacks BodyMutation.streamed_response = 3 with
- * StreamedBodyResponse, ProcessingRequest.protocol_config = 11 with ProtocolConfiguration, and
- * BodySendMode FULL_DUPLEX_STREAMED = 4. upstreamRoot() adds exactly those, with upstream's names
+ * StreamedBodyResponse, ProcessingRequest.protocol_config = 11 with ProtocolConfiguration,
+ * BodySendMode FULL_DUPLEX_STREAMED = 4 (and GRPC = 5), and HttpBody's end_of_stream_without_message = 3 and
+ * grpc_message_compressed = 4. upstreamRoot() adds exactly those, with upstream's names
  * and numbers (envoyproxy/data-plane-api @84e84367), through protobufjs reflection, so a client
  * decodes what current Envoy would. Plus a call wrapper that collects responses and the final status,
  * builders for the messages Envoy sends, and a pool of fake replicas with an EPP in front.
@@ -66,6 +67,7 @@ export function upstreamRoot(): protobuf.Root {
   bm.oneofs.mutation.add(sr);
   const mode = root.lookupEnum("envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode");
   if (mode.values.FULL_DUPLEX_STREAMED === undefined) mode.add("FULL_DUPLEX_STREAMED", 4);
+  if (mode.values.GRPC === undefined) mode.add("GRPC", 5);
   const modeType = ".envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode";
   ns.add(
     new protobuf.Type("ProtocolConfiguration")
@@ -76,6 +78,11 @@ export function upstreamRoot(): protobuf.Root {
   root
     .lookupType("envoy.service.ext_proc.v3.ProcessingRequest")
     .add(new protobuf.Field("protocol_config", 11, "ProtocolConfiguration"));
+  const body = root.lookupType("envoy.service.ext_proc.v3.HttpBody");
+  if (!body.fields.end_of_stream_without_message)
+    body
+      .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
+      .add(new protobuf.Field("grpc_message_compressed", 4, "bool"));
   root.resolveAll();
   return root;
 }
@@ -213,21 +220,27 @@ export async function startPool(
   load: { waiting?: number; kv?: number } = {},
   models: string[] = ["m"],
   metricsOk = true,
+  /** Loopback addresses to listen on, one per replica (default 127.0.0.1 for all). */
+  hosts: string[] = [],
 ): Promise<FakeServer[]> {
   return Promise.all(
-    Array.from({ length: n }, () =>
-      startFake({
-        "GET /metrics": (_q, res) =>
-          void (metricsOk ? res.writeHead(200).end(vllmMetrics(load)) : res.writeHead(500).end()),
-        "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList(...models)),
-      }),
+    Array.from({ length: n }, (_, i) =>
+      startFake(
+        {
+          "GET /metrics": (_q, res) =>
+            void (metricsOk ? res.writeHead(200).end(vllmMetrics(load)) : res.writeHead(500).end()),
+          "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList(...models)),
+        },
+        0,
+        hosts[i] ?? "127.0.0.1",
+      ),
     ),
   );
 }
 
 export async function startTestEpp(pool: FakeServer[], opts: Partial<EppOptions> = {}): Promise<EppHandle> {
   const epp = await startEpp({
-    endpoints: pool.map((f) => f.id).join(","),
+    ...(opts.source ? {} : { endpoints: pool.map((f) => f.id).join(",") }),
     grpcHost: "127.0.0.1",
     grpcPort: 0,
     grpcHealthPort: 0,

@@ -53,7 +53,11 @@ export function modelList(...ids: string[]): string {
   });
 }
 
-export async function startFake(init: Record<string, Handler> = {}, port = 0): Promise<FakeServer> {
+export async function startFake(
+  init: Record<string, Handler> = {},
+  port = 0,
+  host = "127.0.0.1",
+): Promise<FakeServer> {
   const requests: Recorded[] = [];
   const counts = new Map<string, number>();
   const sockets = new Set<Socket>();
@@ -85,13 +89,13 @@ export async function startFake(init: Record<string, Handler> = {}, port = 0): P
     new Promise<number>((resolve, reject) => {
       make();
       server.once("error", reject);
-      server.listen(p, "127.0.0.1", () => resolve((server.address() as AddressInfo).port));
+      server.listen(p, host, () => resolve((server.address() as AddressInfo).port));
     });
   const actual = await listen(port);
   return {
-    id: `127.0.0.1:${actual}`,
+    id: `${host}:${actual}`,
     port: actual,
-    url: `http://127.0.0.1:${actual}`,
+    url: `http://${host}:${actual}`,
     requests,
     routes,
     hits: (p) => counts.get(p) ?? 0,

@@ -10,7 +10,10 @@
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { Decision } from "../decide.ts";
 import type { Gateway } from "../gateway.ts";
+import { encodeSessionToken } from "../routing.ts";
+import { first, type Headers, setHeader, streamedBody } from "./messages.ts";
 import type { EppMetrics } from "./metrics.ts";
+import { BodySendMode, type HeaderMutation, type ProcessingResponse } from "./proto.ts";
 import { ModelNameRestorer, UsageScanner } from "./response-body.ts";
 
 export class Flight {
@@ -88,4 +91,37 @@ export class Flight {
     if (u.promptTokens !== null) this.#metrics.inputTokens.observe(d.labels, u.promptTokens);
     if (u.completionTokens !== null) this.#metrics.outputTokens.observe(d.labels, u.completionTokens);
   }
+}
+
+/**
+ * The answer to response headers: for a decided request, starts its flight, sets the session-token
+ * header when session affinity is configured, and drops content-length when the model name will be
+ * restored (it can change the body's length).
+ */
+export function answerResponseHeaders(
+  f: Flight | null,
+  hs: Headers,
+  served: string | null,
+): ProcessingResponse {
+  const mutation: HeaderMutation = {};
+  if (f) {
+    const eventStream = (first(hs, "content-type") ?? "").includes("text/event-stream");
+    f.started(served, Number(first(hs, ":status") ?? 0), eventStream);
+    const tokenHeader = f.decision.routing.sessionTokenHeader;
+    if (tokenHeader) mutation.set_headers = [setHeader(tokenHeader, encodeSessionToken(f.served))];
+    if (f.restorer && hs["content-length"] !== undefined) mutation.remove_headers = ["content-length"];
+  }
+  return { response_headers: { response: { header_mutation: mutation } } };
+}
+
+/** The answer to a response body chunk: re-sent at once (streamed_response in FULL_DUPLEX_STREAMED). */
+export function answerResponseBody(
+  f: Flight | null,
+  mode: number,
+  chunk: Buffer,
+  end: boolean,
+): ProcessingResponse[] {
+  const out = f ? f.body(chunk, end) : chunk;
+  if (mode === BodySendMode.FULL_DUPLEX_STREAMED) return streamedBody("response_body", [out], end);
+  return [{ response_body: { response: out === chunk ? {} : { body_mutation: { body: out } } } }];
 }

@@ -12,28 +12,21 @@
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
-import { StringDecoder } from "node:string_decoder";
 import { status as GrpcStatus } from "@grpc/grpc-js";
-import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { ModelRewrite } from "../../datalayer/pool-resources.ts";
 import type { Rng } from "../../scheduler/rng.ts";
-import { type DecideResult, decide, hostOf } from "../decide.ts";
+import { type DecideResult, decide } from "../decide.ts";
 import { GatewayError } from "../errors.ts";
 import type { Gateway } from "../gateway.ts";
-import { isControlHeader } from "../headers.ts";
-import type { ApiRoute } from "../request-body.ts";
-import { encodeSessionToken } from "../routing.ts";
-import { Flight } from "./flight.ts";
+import { type ApiRoute, routeOf } from "../request-body.ts";
+import { answerResponseBody, answerResponseHeaders, Flight } from "./flight.ts";
 import {
-  DESTINATION_HEADER,
   first,
   type Headers,
   immediate,
-  lbMetadata,
   readHeaders,
   servedEndpoint,
   setHeader,
-  streamedBody,
   subsetHint,
 } from "./messages.ts";
 import type { EppMetrics, StreamOutcome } from "./metrics.ts";
@@ -46,6 +39,7 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from "./proto.ts";
+import { answerRequest, BodyCollector, pickMutation, randomReady } from "./request-answer.ts";
 
 /** What a stream needs from the server around it. */
 export interface EppContext {
@@ -75,19 +69,6 @@ type Phase =
 
 const EMPTY = Buffer.alloc(0);
 const MODE_NAMES = ["NONE", "STREAMED", "BUFFERED", "BUFFERED_PARTIAL", "FULL_DUPLEX_STREAMED", "GRPC"];
-const ROUTES: Array<[string, ApiRoute]> = [
-  ["/chat/completions", "chat"],
-  ["/completions", "completions"],
-  ["/embeddings", "embeddings"],
-];
-
-/** The OpenAI route a path ends with (llm-d resolves parsers by path suffix), or null: passthrough. */
-export function routeOf(path: string): ApiRoute | null {
-  const p = path.split("?")[0];
-  for (const [suffix, route] of ROUTES) if (p.endsWith(suffix)) return route;
-  return null;
-}
-
 export class ProcessStream {
   readonly #ctx: EppContext;
   readonly #io: StreamIo;
@@ -100,10 +81,7 @@ export class ProcessStream {
   #route: ApiRoute | null = null;
   #requestId: string | null = null;
   #meta: Record<string, PbStruct> | undefined;
-  #chunks: Buffer[] = [];
-  #bytes = 0;
-  #text = "";
-  #decoder: StringDecoder | null = null;
+  #body = new BodyCollector(false);
   #flight: Flight | null = null;
   #t0 = 0;
 
@@ -129,8 +107,10 @@ export class ProcessStream {
   /** The client ended its side (`end`) or the stream is gone (cancelled, error). */
   onClose(clean: boolean): void {
     if (this.#phase === "closed") return;
-    const finished = this.#phase === "response-done";
-    this.#close(!this.#flight ? "passthrough" : finished ? "completed" : "client-disconnect");
+    // With response_body_mode NONE the response ends when Envoy closes the stream.
+    if (clean && this.#phase === "response" && this.#respMode === BodySendMode.NONE) this.#responseEnded();
+    const answered = this.#phase === "response-done" || (this.#phase === "request-done" && !this.#flight);
+    this.#close(!answered ? "client-disconnect" : this.#flight ? "completed" : "passthrough");
     this.#flight?.complete(false);
     if (clean) this.#io.end();
   }
@@ -195,7 +175,7 @@ export class ProcessStream {
     // BUFFERED: Envoy waits for this answer before it sends the body; the pick rides on the body's.
     if (this.#reqMode === BodySendMode.BUFFERED) this.#send({ request_headers: { response: {} } });
     this.#phase = "request-body";
-    if (this.#route) this.#decoder = new StringDecoder("utf8");
+    this.#body = new BodyCollector(this.#route !== null);
   }
 
   #onRequestBody(b: HttpBody) {
@@ -206,14 +186,12 @@ export class ProcessStream {
     if (this.#phase !== "request-body") return; // after the first end_of_stream: ignored (GIE#2988)
     const chunk = b.body ?? EMPTY;
     if (chunk.length > 0) {
-      this.#bytes += chunk.length;
       const limit = this.#ctx.gw.opts.maxBodyBytes;
-      if (this.#bytes > limit)
+      if (this.#body.bytes + chunk.length > limit)
         return this.#reject(
           new GatewayError(413, `Request body too large: the limit is ${limit} bytes (--max-body-bytes)`),
         );
-      this.#chunks.push(chunk);
-      if (this.#decoder) this.#text += this.#decoder.write(chunk);
+      this.#body.push(chunk);
     }
     const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
     if (end || this.#reqMode === BodySendMode.BUFFERED) this.#decideNow(true);
@@ -239,16 +217,14 @@ export class ProcessStream {
       this.#drain();
       return;
     }
-    const text = this.#text + (this.#decoder?.end() ?? "");
-    this.#text = "";
-    this.#decoder = null;
+    const text = this.#body.text();
     const ctx = this.#ctx;
     decide(ctx.gw, this.#route, text, this.#headers as IncomingHttpHeaders, {
       subset: subsetHint(this.#meta),
       rewrites: ctx.rewrites(),
       rng: () => ctx.rng.next(),
       objectives: ctx.objectives(),
-      bodyBytes: this.#bytes,
+      bodyBytes: this.#body.bytes,
     })
       .then(
         (r) => this.#applyDecision(r, end),
@@ -263,13 +239,6 @@ export class ProcessStream {
     for (const m of q) this.onMessage(m);
   }
 
-  /** Control headers the client sent: removed, so none reaches a replica or its sidecar. */
-  #mutation(dest: readonly string[], extra: HeaderMutation["set_headers"] = []): HeaderMutation {
-    const set = [setHeader(DESTINATION_HEADER, dest.join(",")), ...extra];
-    if (this.#requestId) set.push(setHeader("x-request-id", this.#requestId));
-    return { set_headers: set, remove_headers: Object.keys(this.#headers).filter(isControlHeader) };
-  }
-
   #answer(
     dest: readonly string[],
     mutation: HeaderMutation,
@@ -277,22 +246,8 @@ export class ProcessStream {
     replaced: Buffer | null,
     end: boolean,
   ) {
-    const dynamic_metadata = lbMetadata(dest);
-    if (body && this.#reqMode === BodySendMode.BUFFERED) {
-      const response = {
-        header_mutation: mutation,
-        clear_route_cache: true,
-        ...(replaced ? { body_mutation: { body: replaced } } : {}),
-      };
-      this.#send({ request_body: { response }, dynamic_metadata });
-    } else {
-      this.#send({
-        request_headers: { response: { header_mutation: mutation, clear_route_cache: true } },
-        dynamic_metadata,
-      });
-      if (body) for (const r of streamedBody("request_body", body, end)) this.#send(r);
-    }
-    this.#chunks = [];
+    for (const r of answerRequest(this.#reqMode, dest, mutation, body, replaced, end)) this.#send(r);
+    this.#body.clear();
     this.#phase = "request-done";
   }
 
@@ -306,30 +261,27 @@ export class ProcessStream {
     if (this.#phase === "closed") return this.#flight.complete(false); // the stream went away meanwhile
     const dest = d.targets.slice(0, d.picked);
     const extra = [];
-    if (d.body) extra.push(setHeader("content-length", String(d.body.length)));
+    // Whenever there is a body, as llm-d's generateHeaders does: the length of exactly the bytes sent on.
+    const length = d.body ? d.body.length : this.#body.bytes;
+    if (length > 0) extra.push(setHeader("content-length", String(length)));
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
-    this.#answer(dest, this.#mutation(dest, extra), d.body ? [d.body] : this.#chunks, d.body, end);
+    this.#answer(
+      dest,
+      pickMutation(this.#headers, dest, extra, this.#requestId),
+      d.body ? [d.body] : this.#body.chunks,
+      d.body,
+      end,
+    );
   }
 
-  /** No body to decide on (or a path kvgate does not parse): a ready endpoint at random, as llm-d. */
+  /** No body to decide on, or a path kvgate does not parse. */
   #passthrough(withBody: boolean, end: boolean) {
-    const gw = this.#ctx.gw;
-    const c = gw.data.store.candidates(null, monotonicSeconds());
-    const subset = subsetHint(this.#meta);
-    const hosts = subset ? new Set(subset.map(hostOf)) : null;
-    const eligible = c.ok ? (hosts ? c.candidates.filter((e) => hosts.has(hostOf(e.id))) : c.candidates) : [];
-    if (eligible.length === 0)
-      return this.#reject(
-        new GatewayError(
-          503,
-          "no endpoint is ready to serve this request; wait for the pool's replicas to become ready",
-          {
-            reason: "rejected-no-endpoints",
-          },
-        ),
-      );
-    const dest = [eligible[this.#ctx.rng.int(eligible.length)].id];
-    this.#answer(dest, this.#mutation(dest), withBody ? this.#chunks : null, null, end);
+    const pick = randomReady(this.#ctx.gw, subsetHint(this.#meta), this.#ctx.rng);
+    if (pick instanceof GatewayError) return this.#reject(pick);
+    const extra =
+      withBody && this.#body.bytes > 0 ? [setHeader("content-length", String(this.#body.bytes))] : [];
+    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId);
+    this.#answer([pick], mutation, withBody ? this.#body.chunks : null, null, end);
   }
 
   #onResponseHeaders(h: HttpHeaders) {
@@ -339,19 +291,7 @@ export class ProcessStream {
       return this.#protocolError(
         "response_headers arrived before kvgate answered the request; the proxy must wait for the request's answer",
       );
-    const hs = readHeaders(h.headers);
-    const f = this.#flight;
-    const mutation: HeaderMutation = {};
-    if (f) {
-      const status = Number(first(hs, ":status") ?? 0);
-      const eventStream = (first(hs, "content-type") ?? "").includes("text/event-stream");
-      f.started(servedEndpoint(this.#meta), status, eventStream);
-      const tokenHeader = f.decision.routing.sessionTokenHeader;
-      if (tokenHeader) mutation.set_headers = [setHeader(tokenHeader, encodeSessionToken(f.served))];
-      // A restored model name can change the body's length.
-      if (f.restorer && hs["content-length"] !== undefined) mutation.remove_headers = ["content-length"];
-    }
-    this.#send({ response_headers: { response: { header_mutation: mutation } } });
+    this.#send(answerResponseHeaders(this.#flight, readHeaders(h.headers), servedEndpoint(this.#meta)));
     this.#phase = "response";
     if (h.end_of_stream) this.#responseEnded();
   }
@@ -362,10 +302,7 @@ export class ProcessStream {
       return this.#protocolError("response_body arrived before response_headers");
     const chunk = b.body ?? EMPTY;
     const end = b.end_of_stream === true || b.end_of_stream_without_message === true;
-    const out = this.#flight ? this.#flight.body(chunk, end) : chunk;
-    if (this.#respMode === BodySendMode.FULL_DUPLEX_STREAMED)
-      for (const r of streamedBody("response_body", [out], end)) this.#send(r);
-    else this.#send({ response_body: { response: out === chunk ? {} : { body_mutation: { body: out } } } });
+    for (const r of answerResponseBody(this.#flight, this.#respMode, chunk, end)) this.#send(r);
     if (end) this.#responseEnded();
   }
 
@@ -383,7 +320,7 @@ export class ProcessStream {
 
   #close(outcome: StreamOutcome) {
     this.#phase = "closed";
-    this.#chunks = [];
+    this.#body.clear();
     this.#ctx.metrics.active.dec();
     this.#ctx.metrics.streams.inc({ outcome });
   }
