@@ -34,6 +34,8 @@
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
 import { stepTime } from "../../engine/profile.ts";
+import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
+import { TextMap } from "./text-map.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
 
@@ -79,8 +81,8 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   const bs = fleet.blockSize;
   const root = fastRoot("limits");
   // Prompts are identified by their text (completion prompt, or rendered chat template).
-  const completions = new Map<string, PromptInfo>();
-  const chats = new Map<string, PromptInfo>();
+  const completions = new TextMap<PromptInfo>();
+  const chats = new TextMap<PromptInfo>();
   const promptOf = (r: RequestSpec): PromptInfo => {
     const chat = r.kind === "chat";
     const text = chat
@@ -114,8 +116,8 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   let outputSum = 0;
   let groupHits = 0;
   let repeatHits = 0;
-  /** Blocks computed so far → 1 once some later request reused them, else 0. */
-  const seen = new Map<number, number>();
+  /** Blocks computed so far, REUSED once some later request reused them. */
+  const seen = new BlockSet();
   let reused = 0;
   const groupResident = new Map<string, number>();
   for (const r of reqs) {
@@ -140,15 +142,15 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     let k = 0;
     for (; k < cap; k++) {
       const b = p.blocks[k];
-      const state = seen.get(b);
-      if (state === undefined) break;
-      if (state === 0) {
-        seen.set(b, 1);
+      const state = seen.state(b);
+      if (state === ABSENT) break;
+      if (state === COMPUTED) {
+        seen.markReused(b);
         reused++;
       }
     }
     repeatHits += k * bs;
-    for (const b of p.blocks) if (!seen.has(b)) seen.set(b, 0);
+    for (const b of p.blocks) seen.add(b);
   }
   let groupResidentSum = 0;
   for (const v of groupResident.values()) groupResidentSum += v;

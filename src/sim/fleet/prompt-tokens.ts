@@ -21,6 +21,7 @@
  */
 import { createSimTokenizer, SIM_BOS_ID } from "../../engine/sim-tokenizer.ts";
 import type { ChatMessage, Tokenizer } from "../../engine/tokenizer.ts";
+import { TextMap } from "./text-map.ts";
 
 export interface PromptTokenizerOptions {
   /** Characters per chunk before the next split point (default 1024). */
@@ -48,8 +49,8 @@ export class PromptTokenizer {
   readonly #chunks = new Map<string, Int32Array>();
   #chunkTokens = 0;
   /** Whole completion prompts (with BOS) and rendered chat templates (without). */
-  readonly #prompts = new Map<string, number[]>();
-  readonly #templates = new Map<string, number[]>();
+  readonly #prompts = new TextMap<number[]>();
+  readonly #templates = new TextMap<number[]>();
   #promptTokens = 0;
   /** Chunk lookups that hit and missed the cache. */
   hits = 0;
