@@ -35,9 +35,9 @@ import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
 import { stepTime } from "../../engine/profile.ts";
 import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
-import { TextMap } from "./text-map.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
+import { TextMap } from "./text-map.ts";
 
 export interface RegimeLimit {
   prefix_hit_rate: number;
