@@ -1,13 +1,15 @@
 /**
  * The structures that let the fleet simulator run 512 replicas: token times as views of a replica's
  * step timeline, the long-text map, the limits' block set, and the tokenizer without decode memory.
- * Each must give exactly what the plain structure it replaces gives.
+ * Each must give exactly what the plain structure it replaces gives. And the 512-replica scenario
+ * keeps the 73%-capacity run's shape.
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import { createSimTokenizer } from "../src/engine/sim-tokenizer.ts";
 import { ABSENT, BlockSet, COMPUTED, REUSED } from "../src/sim/fleet/block-set.ts";
+import { loadScenario } from "../src/sim/fleet/scenario.ts";
 import { oneTokenChunks, StepTimeline } from "../src/sim/fleet/step-timeline.ts";
 import { TextMap } from "../src/sim/fleet/text-map.ts";
 
@@ -119,5 +121,25 @@ describe("sim tokenizer without decode memory", () => {
     fc.assert(fc.property(fc.string({ maxLength: 200 }), (s) => assert.deepEqual(b.encode(s), a.encode(s))));
     assert.notEqual(b.decode(b.encode("hello world", false)), "hello world");
     assert.equal(a.decode(a.encode("hello world", false)), "hello world");
+  });
+});
+
+describe("scenarios/scale-512.yaml", () => {
+  it("is llm-d's 73%-capacity shape at 64x: groups, fleet and every stage's rate", () => {
+    const sc = loadScenario("scenarios/scale-512.yaml");
+    const base = loadScenario("scenarios/shared-prefix-73.yaml");
+    assert.equal(sc.fleet.replicas, 64 * base.fleet.replicas);
+    assert.equal(sc.fleet.numGpuBlocks, base.fleet.numGpuBlocks);
+    assert.equal(sc.workload.options.numGroups, 64 * (base.workload.options.numGroups as number));
+    for (const k of ["promptsPerGroup", "systemPromptLen", "questionLen", "outputLen"])
+      assert.equal(sc.workload.options[k], base.workload.options[k], k);
+    const rates = new Set(
+      base.workload.arrival.type === "stages" ? base.workload.arrival.stages.map((s) => 64 * s.rate) : [],
+    );
+    assert.equal(sc.workload.arrival.type, "stages");
+    if (sc.workload.arrival.type === "stages")
+      for (const s of sc.workload.arrival.stages)
+        assert.ok(rates.has(s.rate), `${s.rate} QPS is 64x a stage`);
+    assert.ok(sc.routers.some((r) => r.name === "default"));
   });
 });
