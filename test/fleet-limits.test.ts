@@ -1,7 +1,10 @@
 /** The theoretical limits, on a hand-made workload whose block-level reuse is known exactly. */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
+import { generateWorkload } from "../src/bench/workloads/spec.ts";
 import type { RequestSpec, Workload } from "../src/bench/workloads/types.ts";
+import { FastRequestBlockHasher, fastRoot } from "../src/engine/fast-block-hash.ts";
 import { stepTime } from "../src/engine/profile.ts";
 import { computeLimits } from "../src/sim/fleet/limits.ts";
 import { PromptTokenizer } from "../src/sim/fleet/prompt-tokens.ts";
@@ -101,5 +104,126 @@ describe("theoretical limits", () => {
     assert.ok(g.mixed_output_tokens_per_s < g.prefill_output_tokens_per_s);
     assert.ok(g.mixed_output_tokens_per_s < g.decode_output_tokens_per_s);
     assert.equal(g.output_tokens_per_s, g.mixed_output_tokens_per_s);
+  });
+});
+
+/**
+ * The limits' prefix regimes as first written (a Map of blocks, every request walking every
+ * earlier prompt of its group and every block of its own): computeLimits skips work it can prove
+ * changes nothing, and must give the same hit tokens and resident sets.
+ */
+function referenceRegimes(w: Workload, bs: number, tok: PromptTokenizer) {
+  const root = fastRoot("limits");
+  const infos = new Map<string, { tokens: number; blocks: number[] }>();
+  const info = (r: RequestSpec) => {
+    const text = r.kind === "chat" ? JSON.stringify(r.messages) : `c${r.prompt}`;
+    let p = infos.get(text);
+    if (p === undefined) {
+      const ids = r.kind === "chat" ? tok.chat(r.messages ?? []) : tok.completion(r.prompt ?? "");
+      const h = new FastRequestBlockHasher(root, bs, Math.floor(ids.length / bs));
+      h.update(Float64Array.from(ids), ids.length);
+      const blocks = Array.from(
+        { length: h.count },
+        (_, i) => (h.his[i] & 0x1fffff) * 2 ** 32 + (h.los[i] >>> 0),
+      );
+      infos.set(text, (p = { tokens: ids.length, blocks }));
+    }
+    return p;
+  };
+  const reqs = w.requests
+    .map((r, i) => ({ r, i }))
+    .sort((a, b) => a.r.arrivalTime - b.r.arrivalTime || a.i - b.i)
+    .map((x) => x.r);
+  const groups = new Map<string, { tokens: number; blocks: number[] }[]>();
+  const resident = new Map<string, number>();
+  const seen = new Map<number, number>();
+  let [prompt, group, repeat, reused] = [0, 0, 0, 0];
+  for (const r of reqs) {
+    const p = info(r);
+    prompt += p.tokens;
+    const cap = Math.floor((p.tokens - 1) / bs);
+    const g =
+      r.groupId !== undefined ? `g${r.groupId}` : r.sessionId !== undefined ? `s${r.sessionId}` : undefined;
+    if (g !== undefined) {
+      const earlier = groups.get(g) ?? [];
+      groups.set(g, earlier);
+      if (earlier.length > 0) {
+        let best = 0;
+        for (const q of earlier) {
+          if (q === p) continue;
+          let k = 0;
+          while (k < Math.min(p.blocks.length, q.blocks.length) && p.blocks[k] === q.blocks[k]) k++;
+          best = Math.max(best, k);
+        }
+        group += Math.min(best, cap) * bs;
+        resident.set(g, Math.max(resident.get(g) ?? 0, Math.min(best, cap) * bs));
+      }
+      if (!earlier.includes(p)) earlier.push(p);
+    }
+    let k = 0;
+    for (; k < cap && seen.has(p.blocks[k]); k++)
+      if (seen.get(p.blocks[k]) === 0) {
+        seen.set(p.blocks[k], 1);
+        reused++;
+      }
+    repeat += k * bs;
+    for (const b of p.blocks) if (!seen.has(b)) seen.set(b, 0);
+  }
+  let groupResident = 0;
+  for (const v of resident.values()) groupResident += v;
+  return { group: group / prompt, repeat: repeat / prompt, groupResident, repeatResident: reused * bs };
+}
+
+describe("limits against the reference walk", () => {
+  const profile = loadProfile("llama-3.1-8b-h100");
+  const fleet: FleetConfig = {
+    replicas: 3,
+    profile,
+    model: profile.model.name,
+    blockSize: 16,
+    numGpuBlocks: 4001,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+    maxModelLen: 8192,
+    labels: {},
+    blockHashAlgo: "fast64",
+    enableKvCacheEvents: false,
+  };
+  const specs = (seed: number) => [
+    {
+      workload: "shared-prefix",
+      seed,
+      numRequests: 120,
+      options: { numGroups: 4, promptsPerGroup: 3, systemPromptLen: 200, questionLen: 40, outputLen: 10 },
+    },
+    {
+      workload: "shared-prefix",
+      seed,
+      numRequests: 60,
+      options: { numGroups: 3, promptsPerGroup: 4, systemPromptLen: 100, questionLen: 30, api: "chat" },
+    },
+    { workload: "multi-turn", seed, numRequests: 30, options: { turns: 4, questionLen: 30, outputLen: 20 } },
+    {
+      workload: "mixed-length",
+      seed,
+      numRequests: 40,
+      options: { shortLen: 20, longLen: 300, documentPool: 3 },
+    },
+  ];
+  it("gives the same hit tokens and resident sets on generated workloads", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 10_000 }), (seed) => {
+        for (const spec of specs(seed)) {
+          const w = generateWorkload(spec as never);
+          const want = referenceRegimes(w, 16, new PromptTokenizer());
+          const got = computeLimits(w, fleet, new PromptTokenizer());
+          assert.equal(got.regimes.group.prefix_hit_rate, want.group, spec.workload);
+          assert.equal(got.regimes.repeat.prefix_hit_rate, want.repeat, spec.workload);
+          assert.equal(got.regimes.group.resident_tokens_per_replica, want.groupResident / 3);
+          assert.equal(got.regimes.repeat.resident_tokens_per_replica, want.repeatResident / 3);
+        }
+      }),
+      { numRuns: 8 },
+    );
   });
 });

@@ -14,7 +14,8 @@ export class EngineInputError extends Error {
 
 /** A request inside the engine: its input, its record, its tokens so far and its blocks. */
 export interface Req {
-  readonly input: EngineRequest;
+  /** Without the prompt, which lives in `tokens`: the caller's prompt array is not kept alive. */
+  readonly input: Omit<EngineRequest, "promptTokenIds">;
   readonly record: RequestRecord;
   /**
    * Prompt then output token ids: the first numTokens entries of a buffer sized for the longest
@@ -81,8 +82,9 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
   const n = req.promptTokenIds.length;
   const seed = req.seed ?? mixSeed(engineSeed, fnv1a32(req.id));
   const rng = new Rng(seed);
+  const { promptTokenIds: prompt, ...input } = req;
   const r: Req = {
-    input: req,
+    input,
     record: {
       id: req.id,
       promptTokens: n,
@@ -111,7 +113,7 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
     admittedOnce: false,
     finished: false,
   };
-  r.tokens.set(req.promptTokenIds);
+  r.tokens.set(prompt);
   return r;
 }
 

@@ -45,7 +45,10 @@ export interface SimTokenizerOptions {
   vocabSize?: number;
   /** Whether encode(text, true) and the chat template start with BOS. Default true. */
   bos?: boolean;
-  /** How many id → piece entries decode remembers (oldest dropped first). Default 65536. */
+  /**
+   * How many id → piece entries decode remembers (oldest dropped first). Default 65536; 0 remembers
+   * none (decode gives pseudo-words), for callers that only encode.
+   */
   reverseMapSize?: number;
 }
 
@@ -159,7 +162,7 @@ export function createSimTokenizer(opts: SimTokenizerOptions = {}): Tokenizer {
     throw new RangeError(`sim tokenizer: vocabSize must be an integer in [${SIM_RESERVED_IDS * 2}, 2^32]`);
   }
   const bos = opts.bos ?? true;
-  const reverseCap = Math.max(1, opts.reverseMapSize ?? DEFAULT_REVERSE_MAP);
+  const reverseCap = Math.max(0, opts.reverseMapSize ?? DEFAULT_REVERSE_MAP);
   const span = vocabSize - SIM_RESERVED_IDS;
   const reverse = new Map<number, string>();
 
@@ -184,7 +187,7 @@ export function createSimTokenizer(opts: SimTokenizerOptions = {}): Tokenizer {
         (s, e) => {
           const id = SIM_RESERVED_IDS + (fnv1a(text, s, e) % span);
           ids.push(id);
-          remember(id, text.slice(s, e));
+          if (reverseCap > 0) remember(id, text.slice(s, e));
         },
       );
       return ids;

@@ -40,6 +40,7 @@ import type { EndpointMetrics, EndpointState, RequestFacts } from "../../schedul
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
+import { oneTokenChunks } from "./step-timeline.ts";
 
 export interface FleetObserver {
   onEvent?(e: SimEvent): void;
@@ -265,8 +266,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     const r = records[i];
     const m = rec.tokenTimes.length;
     r.end = now;
-    r.chunkTimes = Float64Array.from(rec.tokenTimes);
-    r.chunkTokens = new Uint8Array(m).fill(1);
+    r.chunkTimes = rep.timeline.tokenTimes(rec.tokenTimes);
+    r.chunkTokens = oneTokenChunks(m);
     r.completionTokens = rec.outputTokenIds.length;
     r.cachedTokens = rec.cachedTokens;
     scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);

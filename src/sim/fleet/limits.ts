@@ -34,8 +34,10 @@
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
 import { stepTime } from "../../engine/profile.ts";
+import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
+import { TextMap } from "./text-map.ts";
 
 export interface RegimeLimit {
   prefix_hit_rate: number;
@@ -72,6 +74,17 @@ interface PromptInfo {
   tokens: number;
   /** Full-block hashes as 53-bit numbers (collisions here only blur an estimate). */
   blocks: number[];
+  /**
+   * Requests with this prompt walked so far. After two, every block of it is in `seen` and every
+   * hittable one REUSED, so later ones hit all of them and change nothing: they skip the walk.
+   */
+  visits: number;
+}
+
+/** A group's distinct prompts (arrival order), and per prompt its best match among the first `upTo`. */
+interface Group {
+  prompts: PromptInfo[];
+  best: Map<PromptInfo, { blocks: number; upTo: number }>;
 }
 
 /** Limits of `workload` on `fleet`; prompts are tokenized as the replicas would see them. */
@@ -79,8 +92,8 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   const bs = fleet.blockSize;
   const root = fastRoot("limits");
   // Prompts are identified by their text (completion prompt, or rendered chat template).
-  const completions = new Map<string, PromptInfo>();
-  const chats = new Map<string, PromptInfo>();
+  const completions = new TextMap<PromptInfo>();
+  const chats = new TextMap<PromptInfo>();
   const promptOf = (r: RequestSpec): PromptInfo => {
     const chat = r.kind === "chat";
     const text = chat
@@ -94,7 +107,7 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       h.update(Float64Array.from(ids), ids.length);
       const blocks = new Array<number>(h.count);
       for (let i = 0; i < h.count; i++) blocks[i] = (h.his[i] & 0x1fffff) * 4294967296 + (h.los[i] >>> 0);
-      p = { tokens: ids.length, blocks };
+      p = { tokens: ids.length, blocks, visits: 0 };
       info.set(text, p);
     }
     return p;
@@ -109,13 +122,13 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
 
   // Each group's distinct prompts seen so far (arrival order): a request reuses the longest prefix it
   // shares with one of them.
-  const groups = new Map<string, PromptInfo[]>();
+  const groups = new Map<string, Group>();
   let promptSum = 0;
   let outputSum = 0;
   let groupHits = 0;
   let repeatHits = 0;
-  /** Blocks computed so far → 1 once some later request reused them, else 0. */
-  const seen = new Map<number, number>();
+  /** Blocks computed so far, REUSED once some later request reused them. */
+  const seen = new BlockSet();
   let reused = 0;
   const groupResident = new Map<string, number>();
   for (const r of reqs) {
@@ -125,30 +138,40 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     const cap = Math.floor((p.tokens - 1) / bs);
     const g = groupOf(r);
     if (g !== undefined) {
-      let earlier = groups.get(g);
-      if (earlier === undefined) groups.set(g, (earlier = []));
+      let group = groups.get(g);
+      if (group === undefined) groups.set(g, (group = { prompts: [], best: new Map() }));
+      const earlier = group.prompts;
       // The group's first request computes its prefix; later ones reuse what an earlier one shares.
       if (earlier.length > 0) {
-        let best = 0;
-        for (const q of earlier) if (q !== p) best = Math.max(best, commonBlocks(p.blocks, q.blocks));
-        const shared = Math.min(best, cap);
+        // The best match among the group's prompts, extended over those that joined since last time.
+        let m = group.best.get(p);
+        if (m === undefined) group.best.set(p, (m = { blocks: 0, upTo: 0 }));
+        for (; m.upTo < earlier.length; m.upTo++) {
+          const q = earlier[m.upTo];
+          if (q !== p) m.blocks = Math.max(m.blocks, commonBlocks(p.blocks, q.blocks));
+        }
+        const shared = Math.min(m.blocks, cap);
         groupHits += shared * bs;
         groupResident.set(g, Math.max(groupResident.get(g) ?? 0, shared * bs));
       }
       if (!earlier.includes(p)) earlier.push(p);
     }
+    if (p.visits++ >= 2) {
+      repeatHits += cap * bs;
+      continue;
+    }
     let k = 0;
     for (; k < cap; k++) {
       const b = p.blocks[k];
-      const state = seen.get(b);
-      if (state === undefined) break;
-      if (state === 0) {
-        seen.set(b, 1);
+      const state = seen.state(b);
+      if (state === ABSENT) break;
+      if (state === COMPUTED) {
+        seen.markReused(b);
         reused++;
       }
     }
     repeatHits += k * bs;
-    for (const b of p.blocks) if (!seen.has(b)) seen.set(b, 0);
+    for (const b of p.blocks) seen.add(b);
   }
   let groupResidentSum = 0;
   for (const v of groupResident.values()) groupResidentSum += v;

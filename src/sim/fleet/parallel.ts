@@ -1,11 +1,13 @@
 /**
  * Runs a scenario's routers in worker threads, several at once: each worker loads the scenario file
  * again, generates the (deterministic) workload once, and runs the routers it is handed, so results
- * equal a sequential run. Workers leave out the workload's limits, which the calling thread
- * computes once (simulate.ts). A router's CPU time is its worker thread's (thread-cpu.ts).
+ * equal a sequential run. The first job also asks its worker for the workload's spec and limits,
+ * so the calling thread never builds the workload: at 512 replicas that is 1.4 GB of prompt text
+ * per copy. A router's CPU time is its worker thread's (thread-cpu.ts).
  */
 import { resolve } from "node:path";
 import { Worker } from "node:worker_threads";
+import type { Limits } from "./limits.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 import type { RouterOutcome, SimulateOptions } from "./simulate.ts";
 
@@ -13,16 +15,26 @@ export interface WorkerRequest {
   file: string;
   router: string;
   quick: boolean;
+  /** Also send back the workload's spec and limits (computed before the router runs). */
+  limits: boolean;
 }
 
-export type WorkerReply = { ok: true; outcome: RouterOutcome } | { ok: false; message: string; name: string };
+/** The workload's spec (as scaled under `quick`) and limits, from the worker that computed them. */
+export interface WorkloadFacts {
+  spec: Scenario["workload"];
+  limits: Limits;
+}
 
-/** Runs `routers` on `jobs` workers; outcomes come back in the routers' order. */
+export type WorkerReply =
+  | { ok: true; outcome: RouterOutcome; facts?: WorkloadFacts }
+  | { ok: false; message: string; name: string };
+
+/** Runs `routers` on `jobs` workers; outcomes come back in the routers' order, with the workload's facts. */
 export async function runRoutersInWorkers(
   sc: Scenario,
   routers: Scenario["routers"],
   o: SimulateOptions & { quick: boolean; jobs: number },
-): Promise<RouterOutcome[]> {
+): Promise<{ outcomes: RouterOutcome[]; facts: WorkloadFacts }> {
   if (sc.origin === "(inline)") throw new Error("parallel simulation needs a scenario loaded from a file");
   const file = resolve(sc.origin);
   const workerUrl = new URL("./router-worker-boot.mjs", import.meta.url);
@@ -34,10 +46,12 @@ export async function runRoutersInWorkers(
     .map((_, k) => k)
     .sort((a, b) => Number(heavy(routers[b])) - Number(heavy(routers[a])) || a - b);
   let next = 0;
+  let facts: WorkloadFacts | undefined;
   const runWorker = async (): Promise<void> => {
     const w = new Worker(workerUrl);
     try {
       while (next < routers.length) {
+        const first = next === 0;
         const k = order[next++];
         const r = routers[k];
         o.onRouterStart?.(r.name, k, routers.length);
@@ -48,10 +62,11 @@ export async function runRoutersInWorkers(
             w.off("error", onError);
             res(m);
           });
-          w.postMessage({ file, router: r.name, quick: o.quick } satisfies WorkerRequest);
+          w.postMessage({ file, router: r.name, quick: o.quick, limits: first } satisfies WorkerRequest);
         });
         if (!reply.ok)
           throw reply.name === "ScenarioError" ? new ScenarioError(reply.message) : new Error(reply.message);
+        if (reply.facts !== undefined) facts = reply.facts;
         outcomes[k] = reply.outcome;
         o.onRouterDone?.(reply.outcome);
       }
@@ -60,5 +75,8 @@ export async function runRoutersInWorkers(
     }
   };
   await Promise.all(Array.from({ length: Math.min(o.jobs, routers.length) }, runWorker));
-  return outcomes;
+  if (facts === undefined) throw new Error("parallel simulation: no worker sent the workload's limits");
+  // Workers leave the limits out of their runs (each would compute the same ones).
+  for (const out of outcomes) out.run.limits = facts.limits;
+  return { outcomes, facts };
 }

@@ -12,17 +12,24 @@
  * `chunkChars` characters, so two prompts sharing a prefix share every chunk inside the prefix.
  * test/fleet-tokens.test.ts checks the equality against whole-text encoding on every workload.
  * Whole prompts are cached too (workloads that cycle through a fixed prompt set, like
- * inference-perf's shared_prefix, repeat the very same string), up to a budget of tokens.
+ * inference-perf's shared_prefix, repeat the very same string), up to a budget of tokens. Chunks
+ * are kept as Int32Array, under a budget of tokens large enough for every distinct chunk of a
+ * 512-replica shared-prefix run (9,600 system prompts, 48,000 questions: 115M tokens, 460 MB), since
+ * such a run cycles through more distinct prompts than the whole-prompt cache holds and every miss
+ * there is rebuilt from chunks; the oldest chunks go first past the budget.
  * Returned arrays are shared: callers must not modify them.
  */
 import { createSimTokenizer, SIM_BOS_ID } from "../../engine/sim-tokenizer.ts";
 import type { ChatMessage, Tokenizer } from "../../engine/tokenizer.ts";
+import { TextMap } from "./text-map.ts";
 
 export interface PromptTokenizerOptions {
   /** Characters per chunk before the next split point (default 1024). */
   chunkChars?: number;
-  /** Chunks kept; the cache is emptied when it grows past this (default 65536). */
+  /** Chunks kept; the oldest go first past this (default 2^22). */
   maxChunks?: number;
+  /** Tokens of chunks kept; the oldest go first past this (default 2^27: 512 MB). */
+  maxChunkTokens?: number;
   /** Tokens of whole prompts kept; the cache is emptied when it grows past this (default 2^24). */
   maxPromptTokens?: number;
 }
@@ -37,20 +44,24 @@ export class PromptTokenizer {
   readonly tokenizer: Tokenizer;
   readonly #chunkChars: number;
   readonly #maxChunks: number;
+  readonly #maxChunkTokens: number;
   readonly #maxPromptTokens: number;
-  readonly #chunks = new Map<string, number[]>();
+  readonly #chunks = new Map<string, Int32Array>();
+  #chunkTokens = 0;
   /** Whole completion prompts (with BOS) and rendered chat templates (without). */
-  readonly #prompts = new Map<string, number[]>();
-  readonly #templates = new Map<string, number[]>();
+  readonly #prompts = new TextMap<number[]>();
+  readonly #templates = new TextMap<number[]>();
   #promptTokens = 0;
   /** Chunk lookups that hit and missed the cache. */
   hits = 0;
   misses = 0;
 
   constructor(opts: PromptTokenizerOptions = {}) {
-    this.tokenizer = createSimTokenizer();
+    // Nothing here decodes: the tokenizer need not remember pieces for it.
+    this.tokenizer = createSimTokenizer({ reverseMapSize: 0 });
     this.#chunkChars = opts.chunkChars ?? 1024;
-    this.#maxChunks = opts.maxChunks ?? 65536;
+    this.#maxChunks = opts.maxChunks ?? 1 << 22;
+    this.#maxChunkTokens = opts.maxChunkTokens ?? 2 ** 27;
     this.#maxPromptTokens = opts.maxPromptTokens ?? 1 << 24;
     if (!(this.#chunkChars >= 16)) throw new RangeError("chunkChars must be ≥ 16");
   }
@@ -82,7 +93,7 @@ export class PromptTokenizer {
   }
 
   #encode(text: string, bos: boolean): number[] {
-    const parts: number[][] = [];
+    const parts: Int32Array[] = [];
     let total = bos ? 1 : 0;
     const n = text.length;
     let start = 0;
@@ -92,9 +103,8 @@ export class PromptTokenizer {
       let ids = this.#chunks.get(chunk);
       if (ids === undefined) {
         this.misses++;
-        ids = this.tokenizer.encode(chunk, false);
-        if (this.#chunks.size >= this.#maxChunks) this.#chunks.clear();
-        this.#chunks.set(chunk, ids);
+        ids = Int32Array.from(this.tokenizer.encode(chunk, false));
+        this.#keepChunk(chunk, ids);
       } else this.hits++;
       parts.push(ids);
       total += ids.length;
@@ -106,6 +116,20 @@ export class PromptTokenizer {
     if (bos) out[k++] = SIM_BOS_ID;
     for (const ids of parts) for (let i = 0; i < ids.length; i++) out[k++] = ids[i];
     return out;
+  }
+
+  #keepChunk(chunk: string, ids: Int32Array): void {
+    const chunks = this.#chunks;
+    while (
+      chunks.size > 0 &&
+      (chunks.size >= this.#maxChunks || this.#chunkTokens + ids.length > this.#maxChunkTokens)
+    ) {
+      const [oldest, old] = chunks.entries().next().value as [string, Int32Array];
+      chunks.delete(oldest);
+      this.#chunkTokens -= old.length;
+    }
+    chunks.set(chunk, ids);
+    this.#chunkTokens += ids.length;
   }
 
   /** The first safe split point at or after `from` (see the header), or the text's end. */

@@ -13,6 +13,7 @@ import { mixSeed } from "../../engine/output-tokens.ts";
 import type { Profile } from "../../engine/profile.ts";
 import type { EngineStats, StepResult, TokenOutput } from "../../engine/types.ts";
 import type { EndpointMetrics, EndpointState } from "../../scheduler/types.ts";
+import { StepTimeline } from "./step-timeline.ts";
 
 /** A fleet of identical replicas, fully resolved (profile defaults applied, numbers checked). */
 export interface FleetConfig {
@@ -56,6 +57,8 @@ export class Replica {
   steps = 0;
   prefillTokens = 0;
   decodeTokens = 0;
+  /** Every step's end time: finished requests' token times are views of it. */
+  readonly timeline = new StepTimeline();
   readonly #blockSize: number;
   readonly #numBlocks: number;
   /** The last step's outputs as (request id, workload index), and a spare pair to fill next. */
@@ -125,6 +128,7 @@ export class Replica {
     this.steps++;
     this.prefillTokens += r.numPrefillTokens;
     this.decodeTokens += r.numDecodeTokens;
+    this.timeline.push(r.endTime);
     return r.endTime;
   }
 

@@ -3,7 +3,8 @@
  * its outcome back. The scenario and its workload are built once per worker and reused.
  */
 import { parentPort } from "node:worker_threads";
-import type { WorkerReply, WorkerRequest } from "./parallel.ts";
+import { computeLimits } from "./limits.ts";
+import type { WorkerReply, WorkerRequest, WorkloadFacts } from "./parallel.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { loadScenario, type Scenario } from "./scenario.ts";
 import { type RouterContext, runRouter, scenarioWorkload } from "./simulate.ts";
@@ -31,8 +32,14 @@ parentPort?.on("message", async (req: WorkerRequest) => {
     const { sc, ctx } = context(req);
     const router = sc.routers.find((r) => r.name === req.router);
     if (router === undefined) throw new Error(`unknown router "${req.router}"`);
+    let facts: WorkloadFacts | undefined;
+    if (req.limits) {
+      // Before the router: the run then finds the prompts already tokenized.
+      ctx.limits ??= computeLimits(ctx.workload, sc.fleet, ctx.tokenizer);
+      facts = { spec: ctx.spec, limits: ctx.limits };
+    }
     const outcome = await runRouter(sc, router, ctx);
-    reply = { ok: true, outcome };
+    reply = { ok: true, outcome, ...(facts !== undefined ? { facts } : {}) };
   } catch (e) {
     reply = { ok: false, message: (e as Error).message, name: (e as Error).name };
   }

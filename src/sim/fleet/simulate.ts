@@ -86,23 +86,22 @@ export function scenarioWorkload(
 export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
   const t0 = performance.now();
   const routers = opts.routers === undefined ? sc.routers : pickRouters(sc, opts.routers);
-  const outcomes: RouterOutcome[] = [];
+  let outcomes: RouterOutcome[] = [];
   const jobs = Math.max(1, Math.min(opts.jobs ?? 1, routers.length));
-  // Workers start first, so this thread's workload and limits overlap their runs.
-  let parallel: Promise<RouterOutcome[]> | null = null;
+  let spec: Scenario["workload"];
+  let limits: Limits;
   if (jobs > 1) {
+    // The workers build the workload; one of them computes its limits too.
     const { runRoutersInWorkers } = await import("./parallel.ts");
-    parallel = runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
-    // A worker failing while this thread computes is reported when it is awaited below.
-    parallel.catch(() => {});
-  }
-  const { spec, workload } = scenarioWorkload(sc, opts.quick);
-  const tokenizer = new PromptTokenizer();
-  const limits = computeLimits(workload, sc.fleet, tokenizer);
-  if (parallel !== null) {
-    // Workers leave the limits out (each would compute the same ones); they are this thread's.
-    for (const o of await parallel) outcomes.push({ ...o, run: { ...o.run, limits } });
+    const res = await runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
+    ({ outcomes } = res);
+    ({ spec, limits } = res.facts);
   } else {
+    const built = scenarioWorkload(sc, opts.quick);
+    spec = built.spec;
+    const { workload } = built;
+    const tokenizer = new PromptTokenizer();
+    limits = computeLimits(workload, sc.fleet, tokenizer);
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
       const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
