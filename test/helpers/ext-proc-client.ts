@@ -5,14 +5,14 @@
  * StreamedBodyResponse, ProcessingRequest.protocol_config = 11 with ProtocolConfiguration,
  * BodySendMode FULL_DUPLEX_STREAMED = 4 (and GRPC = 5), and HttpBody's end_of_stream_without_message = 3 and
  * grpc_message_compressed = 4. upstreamRoot() adds exactly those, with upstream's names
- * and numbers (envoyproxy/data-plane-api @84e84367), through protobufjs reflection, so a client
+ * and numbers (envoyproxy/data-plane-api @84e84367), through protobufjs reflection (the same loader
+ * the Envoy-like proxy uses, src/bench/ext-proc/protos.ts), so a client
  * decodes what current Envoy would. Plus a call wrapper that collects responses and the final status,
  * builders for the messages Envoy sends, and a pool of fake replicas with an EPP in front.
  */
 
 import { accessSync } from "node:fs";
-import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import {
   type ClientDuplexStream,
   credentials,
@@ -23,16 +23,11 @@ import {
 } from "@grpc/grpc-js";
 import { fromJSON } from "@grpc/proto-loader";
 import protobuf from "protobufjs";
+import { loadUpstreamRoot } from "../../src/bench/ext-proc/protos.ts";
 import { type EppHandle, type EppOptions, startEpp } from "../../src/gateway/ext-proc/epp.ts";
 import type { PbStruct, ProcessingResponse } from "../../src/gateway/ext-proc/proto.ts";
 import { EXT_PROC_PROTO, LOADER_OPTIONS, PROTO_ROOT } from "../../src/gateway/ext-proc/proto.ts";
 import { type FakeServer, modelList, startFake, vllmMetrics, waitFor } from "./gateway-fakes.ts";
-
-const require = createRequire(import.meta.url);
-const XDS = dirname(require.resolve("@grpc/grpc-js-xds/package.json"));
-export const UPSTREAM_INCLUDE_DIRS = ["envoy-api", "xds", "googleapis", "protoc-gen-validate"].map((d) =>
-  join(XDS, "deps", d),
-);
 
 function rootFrom(dirs: string[]): protobuf.Root {
   const root = new protobuf.Root();
@@ -52,39 +47,9 @@ function rootFrom(dirs: string[]): protobuf.Root {
   return root;
 }
 
-/** The upstream protos from @grpc/grpc-js-xds, with the three newer pieces added (see the header). */
+/** The upstream protos from @grpc/grpc-js-xds, with the newer pieces added (see the header). */
 export function upstreamRoot(): protobuf.Root {
-  const root = rootFrom(UPSTREAM_INCLUDE_DIRS);
-  const ns = root.lookup("envoy.service.ext_proc.v3") as protobuf.Namespace;
-  const sbr = new protobuf.Type("StreamedBodyResponse")
-    .add(new protobuf.Field("body", 1, "bytes"))
-    .add(new protobuf.Field("end_of_stream", 2, "bool"))
-    .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
-    .add(new protobuf.Field("grpc_message_compressed", 4, "bool"));
-  ns.add(sbr);
-  const bm = root.lookupType("envoy.service.ext_proc.v3.BodyMutation");
-  const sr = new protobuf.Field("streamed_response", 3, "StreamedBodyResponse");
-  bm.oneofs.mutation.add(sr);
-  const mode = root.lookupEnum("envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode");
-  if (mode.values.FULL_DUPLEX_STREAMED === undefined) mode.add("FULL_DUPLEX_STREAMED", 4);
-  if (mode.values.GRPC === undefined) mode.add("GRPC", 5);
-  const modeType = ".envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode";
-  ns.add(
-    new protobuf.Type("ProtocolConfiguration")
-      .add(new protobuf.Field("request_body_mode", 1, modeType))
-      .add(new protobuf.Field("response_body_mode", 2, modeType))
-      .add(new protobuf.Field("send_body_without_waiting_for_header_response", 3, "bool")),
-  );
-  root
-    .lookupType("envoy.service.ext_proc.v3.ProcessingRequest")
-    .add(new protobuf.Field("protocol_config", 11, "ProtocolConfiguration"));
-  const body = root.lookupType("envoy.service.ext_proc.v3.HttpBody");
-  if (!body.fields.end_of_stream_without_message)
-    body
-      .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
-      .add(new protobuf.Field("grpc_message_compressed", 4, "bool"));
-  root.resolveAll();
-  return root;
+  return loadUpstreamRoot();
 }
 
 /** kvgate's own protos. */

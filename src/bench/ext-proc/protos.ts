@@ -69,9 +69,17 @@ export function addFullDuplexPieces(root: protobuf.Root): void {
     pkg.add(
       new protobuf.Type("StreamedBodyResponse")
         .add(new protobuf.Field("body", 1, "bytes"))
-        .add(new protobuf.Field("end_of_stream", 2, "bool")),
+        .add(new protobuf.Field("end_of_stream", 2, "bool"))
+        .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
+        .add(new protobuf.Field("grpc_message_compressed", 4, "bool")),
     );
   }
+  if (mode.values["GRPC"] === undefined) mode.add("GRPC", 5);
+  const body = root.lookupType("envoy.service.ext_proc.v3.HttpBody");
+  if (!body.fields["end_of_stream_without_message"])
+    body
+      .add(new protobuf.Field("end_of_stream_without_message", 3, "bool"))
+      .add(new protobuf.Field("grpc_message_compressed", 4, "bool"));
   if (!pkg.get("ProtocolConfiguration")) {
     const mode = "envoy.extensions.filters.http.ext_proc.v3.ProcessingMode.BodySendMode";
     pkg.add(
