@@ -10,70 +10,41 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { EppHandle } from "../src/gateway/ext-proc/epp.ts";
 import type { ProcessingResponse } from "../src/gateway/ext-proc/proto.ts";
-import { defaultConfigText } from "../src/gateway/routing.ts";
 import {
   CHAT_PATH,
   chatBody,
   clientCtor,
   connect,
   ExtProcCall,
+  type InteropFixture,
   lbDestination,
   requestBody,
   requestHeaders,
   responseBody,
   responseHeaders,
   setHeaders,
-  startPool,
-  startTestEpp,
+  startInteropFixture,
   upstreamRoot,
 } from "./helpers/ext-proc-client.ts";
 import type { FakeServer } from "./helpers/gateway-fakes.ts";
 
-const TWO_PICKS = defaultConfigText().replace(
-  "- type: max-score-picker\n",
-  "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n",
-);
-const OBJECTIVES = `${defaultConfigText()}---\napiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: batch}\nspec: {priority: -1}\n`;
 /** BodySendMode BUFFERED = 2, as current Envoy announces it on a stream's first message. */
 const BUFFERED = { protocol_config: { request_body_mode: 2, response_body_mode: 2 } };
 
 const ctor = clientCtor(upstreamRoot());
+let fx: InteropFixture;
 let pool: FakeServer[];
 let busy: FakeServer[];
-let sick: FakeServer[];
 let epp: EppHandle;
 let busyEpp: EppHandle;
 let sickEpp: EppHandle;
 
 before(async () => {
-  [pool, busy, sick] = await Promise.all([
-    startPool(3),
-    startPool(1, { waiting: 100, kv: 0.95 }),
-    startPool(1, {}, ["m"], false),
-  ]);
-  [epp, busyEpp, sickEpp] = await Promise.all([
-    startTestEpp(pool, {
-      config: TWO_PICKS,
-      resources: () => ({
-        objectives: new Map(),
-        rewrites: [
-          {
-            name: "alias",
-            createdAtMs: 1,
-            rules: [{ matches: ["friendly"], targets: [{ model: "m", weight: null }] }],
-          },
-        ],
-      }),
-    }),
-    startTestEpp(busy, { config: OBJECTIVES }),
-    startTestEpp(sick),
-  ]);
+  fx = await startInteropFixture();
+  ({ pool, busy, epp, busyEpp, sickEpp } = fx);
 });
 
-after(async () => {
-  await Promise.all([epp, busyEpp, sickEpp].map((e) => e?.close()));
-  await Promise.all([...pool, ...busy, ...sick].map((f) => f.close()));
-});
+after(() => fx?.close());
 
 /** Sends headers as Envoy does in BUFFERED, checks the empty CONTINUE, then the whole body. */
 async function buffered(e: EppHandle, headers: Record<string, string>, body: string) {

@@ -10,13 +10,13 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { EppHandle } from "../src/gateway/ext-proc/epp.ts";
 import type { ProcessingResponse } from "../src/gateway/ext-proc/proto.ts";
-import { defaultConfigText } from "../src/gateway/routing.ts";
 import {
   CHAT_PATH,
   chatBody,
   clientCtor,
   connect,
   ExtProcCall,
+  type InteropFixture,
   kvgateRoot,
   lbDestination,
   requestBody,
@@ -24,17 +24,10 @@ import {
   responseBody,
   responseHeaders,
   setHeaders,
-  startPool,
-  startTestEpp,
+  startInteropFixture,
   upstreamRoot,
 } from "./helpers/ext-proc-client.ts";
 import type { FakeServer } from "./helpers/gateway-fakes.ts";
-
-const TWO_PICKS = defaultConfigText().replace(
-  "- type: max-score-picker\n",
-  "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n",
-);
-const OBJECTIVES = `${defaultConfigText()}---\napiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: batch}\nspec: {priority: -1}\n`;
 
 function streamed(rs: ProcessingResponse[]): { body: Buffer; ends: boolean[] } {
   const parts = rs.flatMap((r) => {
@@ -51,42 +44,19 @@ function immediate(rs: ProcessingResponse[]) {
   return { code: ir.status.code, headers: setHeaders(ir.headers), error: body.error };
 }
 
+let fx: InteropFixture;
 let pool: FakeServer[];
 let busy: FakeServer[];
-let sick: FakeServer[];
 let epp: EppHandle;
 let busyEpp: EppHandle;
 let sickEpp: EppHandle;
 
 before(async () => {
-  [pool, busy, sick] = await Promise.all([
-    startPool(3),
-    startPool(1, { waiting: 100, kv: 0.95 }),
-    startPool(1, {}, ["m"], false),
-  ]);
-  [epp, busyEpp, sickEpp] = await Promise.all([
-    startTestEpp(pool, {
-      config: TWO_PICKS,
-      resources: () => ({
-        objectives: new Map(),
-        rewrites: [
-          {
-            name: "alias",
-            createdAtMs: 1,
-            rules: [{ matches: ["friendly"], targets: [{ model: "m", weight: null }] }],
-          },
-        ],
-      }),
-    }),
-    startTestEpp(busy, { config: OBJECTIVES }),
-    startTestEpp(sick),
-  ]);
+  fx = await startInteropFixture();
+  ({ pool, busy, epp, busyEpp, sickEpp } = fx);
 });
 
-after(async () => {
-  await Promise.all([epp, busyEpp, sickEpp].map((e) => e?.close()));
-  await Promise.all([...pool, ...busy, ...sick].map((f) => f.close()));
-});
+after(() => fx?.close());
 
 for (const [name, root] of [
   ["upstream Envoy protos", upstreamRoot()],

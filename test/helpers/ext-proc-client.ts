@@ -27,6 +27,7 @@ import { loadUpstreamRoot } from "../../src/bench/ext-proc/protos.ts";
 import { type EppHandle, type EppOptions, startEpp } from "../../src/gateway/ext-proc/epp.ts";
 import type { PbStruct, ProcessingResponse } from "../../src/gateway/ext-proc/proto.ts";
 import { EXT_PROC_PROTO, LOADER_OPTIONS, PROTO_ROOT } from "../../src/gateway/ext-proc/proto.ts";
+import { defaultConfigText } from "../../src/gateway/routing.ts";
 import { type FakeServer, modelList, startFake, vllmMetrics, waitFor } from "./gateway-fakes.ts";
 
 function rootFrom(dirs: string[]): protobuf.Root {
@@ -238,4 +239,61 @@ export const CHAT_PATH = {
 
 export function chatBody(content: string, model = "m", stream = true): string {
   return JSON.stringify({ model, messages: [{ role: "user", content }], stream, max_tokens: 8 });
+}
+
+/**
+ * The three EPPs the interop tests drive (ext-proc-server in FULL_DUPLEX_STREAMED, ext-proc-buffered
+ * in BUFFERED): `epp` over three replicas with two picks per decision and a rewrite friendly → m,
+ * `busyEpp` over one saturated replica with the sheddable objective `batch`, `sickEpp` over one
+ * replica whose /metrics fails (never ready).
+ */
+export interface InteropFixture {
+  pool: FakeServer[];
+  busy: FakeServer[];
+  epp: EppHandle;
+  busyEpp: EppHandle;
+  sickEpp: EppHandle;
+  close(): Promise<void>;
+}
+
+export async function startInteropFixture(): Promise<InteropFixture> {
+  const config = defaultConfigText();
+  const twoPicks = config.replace(
+    "- type: max-score-picker\n",
+    "- type: max-score-picker\n  parameters: {maxNumOfEndpoints: 2}\n",
+  );
+  const objectives = `${config}---\napiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: batch}\nspec: {priority: -1}\n`;
+  const [pool, busy, sick] = await Promise.all([
+    startPool(3),
+    startPool(1, { waiting: 100, kv: 0.95 }),
+    startPool(1, {}, ["m"], false),
+  ]);
+  const [epp, busyEpp, sickEpp] = await Promise.all([
+    startTestEpp(pool, {
+      config: twoPicks,
+      resources: () => ({
+        objectives: new Map(),
+        rewrites: [
+          {
+            name: "alias",
+            createdAtMs: 1,
+            rules: [{ matches: ["friendly"], targets: [{ model: "m", weight: null }] }],
+          },
+        ],
+      }),
+    }),
+    startTestEpp(busy, { config: objectives }),
+    startTestEpp(sick),
+  ]);
+  return {
+    pool,
+    busy,
+    epp,
+    busyEpp,
+    sickEpp,
+    async close() {
+      await Promise.all([epp, busyEpp, sickEpp].map((e) => e.close()));
+      await Promise.all([...pool, ...busy, ...sick].map((f) => f.close()));
+    },
+  };
 }
