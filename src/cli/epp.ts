@@ -9,22 +9,8 @@
  */
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { startKubernetesDiscovery } from "./epp-kubernetes.ts";
+import { integer, port, positive } from "./flag-values.ts";
 
-const integer = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
-  return n;
-};
-const positive = (v: string): number => {
-  const n = integer(v);
-  if (n < 1) throw new InvalidArgumentError("must be ≥ 1.");
-  return n;
-};
-const port = (v: string): number => {
-  const n = integer(v);
-  if (n < 0 || n > 65535) throw new InvalidArgumentError("must be in [0, 65535] (0 = any free port).");
-  return n;
-};
 const bool = (v: string): boolean => {
   const s = v.trim().toLowerCase();
   if (["true", "1", "yes", "on"].includes(s)) return true;

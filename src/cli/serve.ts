@@ -7,24 +7,9 @@
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
-import { type Command, InvalidArgumentError } from "commander";
+import type { Command } from "commander";
 import type { BoundAddress } from "../gateway/gateway.ts";
-
-const integer = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
-  return n;
-};
-const positive = (v: string): number => {
-  const n = integer(v);
-  if (n < 1) throw new InvalidArgumentError("must be ≥ 1.");
-  return n;
-};
-const port = (v: string): number => {
-  const n = integer(v);
-  if (n < 0 || n > 65535) throw new InvalidArgumentError("must be in [0, 65535].");
-  return n;
-};
+import { integer, port, positive } from "./flag-values.ts";
 
 interface Flags {
   host: string;

@@ -10,17 +10,8 @@ import { renameSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { type Command, InvalidArgumentError } from "commander";
 import { stringify } from "yaml";
+import { integer, port } from "./flag-values.ts";
 
-const integer = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
-  return n;
-};
-const port = (v: string): number => {
-  const n = integer(v);
-  if (n < 0 || n > 65535) throw new InvalidArgumentError("must be in [0, 65535].");
-  return n;
-};
 const count = (v: string): number => {
   const n = integer(v);
   if (n < 1 || n > 128) throw new InvalidArgumentError("must be in [1, 128].");

@@ -9,13 +9,9 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { DEFAULT_PROFILE, listProfiles } from "../sim/profiles.ts";
 import type { ReplicaSettings } from "../sim/replica-options.ts";
 import type { ReplicaServer } from "../sim/replica-server.ts";
+import { integer } from "./flag-values.ts";
 import { addVllmCompatFlags, compatNote, expandShortForms } from "./vllm-flags.ts";
 
-const integer = (v: string): number => {
-  const n = Number(v);
-  if (v.trim() === "" || !Number.isInteger(n)) throw new InvalidArgumentError("must be an integer.");
-  return n;
-};
 const number = (v: string): number => {
   const n = Number(v);
   if (v.trim() === "" || !Number.isFinite(n)) throw new InvalidArgumentError("must be a number.");
