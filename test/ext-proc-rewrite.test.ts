@@ -8,7 +8,7 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { ModelRewrite } from "../src/datalayer/pool-resources.ts";
 import { MAX_CHUNK_BYTES, rechunk } from "../src/gateway/ext-proc/messages.ts";
-import { resolveModelRewrite } from "../src/gateway/ext-proc/model-rewrite.ts";
+import { resolveModelRewrite } from "../src/gateway/model-rewrite.ts";
 import { ModelNameRestorer, UsageScanner } from "../src/gateway/ext-proc/response-body.ts";
 import { createRng } from "../src/scheduler/rng.ts";
 

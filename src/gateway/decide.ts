@@ -13,7 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
-import { type RewriteDecision, resolveModelRewrite } from "./ext-proc/model-rewrite.ts";
+import { type RewriteDecision, resolveModelRewrite } from "./model-rewrite.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";

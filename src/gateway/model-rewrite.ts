@@ -11,7 +11,7 @@
  * (`pkg/epp/requestcontrol/director.go`); kvgate does not, because a client header must never steer
  * routing, and the ext_proc server removes that header before the request reaches a replica.
  */
-import type { ModelRewrite, ModelRewriteRule } from "../../datalayer/pool-resources.ts";
+import type { ModelRewrite, ModelRewriteRule } from "../datalayer/pool-resources.ts";
 
 export interface RewriteDecision {
   /** The InferenceModelRewrite's metadata.name (metric label `model_rewrite_name`). */
