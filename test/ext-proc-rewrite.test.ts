@@ -8,8 +8,8 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { ModelRewrite } from "../src/datalayer/pool-resources.ts";
 import { MAX_CHUNK_BYTES, rechunk } from "../src/gateway/ext-proc/messages.ts";
-import { resolveModelRewrite } from "../src/gateway/model-rewrite.ts";
 import { ModelNameRestorer, UsageScanner } from "../src/gateway/ext-proc/response-body.ts";
+import { resolveModelRewrite } from "../src/gateway/model-rewrite.ts";
 import { createRng } from "../src/scheduler/rng.ts";
 
 const one = (model: string) => [{ model, weight: null }];
