@@ -142,6 +142,8 @@ export interface Decision {
   picked: number;
   /** The prefill endpoint when the scheduler chose one for a disaggregated request. */
   prefillHost: string | null;
+  /** A disagg-profile-handler's decision (llm-d's decision_type), or null for other profile handlers. */
+  pdDecision: "decode-only" | "prefill-decode" | null;
   /** The model the client asked for (facts.model is the one sent, after any rewrite). */
   clientModel: string;
   rewrite: RewriteDecision | null;
@@ -227,8 +229,18 @@ export async function decide(
   const primary = result.profiles[result.primaryProfile];
   const targets = [target.id];
   for (const f of primary?.fallbacks ?? []) if (!targets.includes(f.id)) targets.push(f.id);
-  const prefill = result.profiles.prefill?.target;
-  const prefillHost = prefill && result.primaryProfile !== "prefill" ? prefill.id : null;
+  const pd = disaggHandler(routing);
+  const prefillProfile = pd?.prefillProfile ?? "prefill";
+  const prefill = result.profiles[prefillProfile]?.target;
+  const prefillHost = prefill && result.primaryProfile !== prefillProfile ? prefill.id : null;
+  const pdDecision = pd ? (prefillHost ? "prefill-decode" : "decode-only") : null;
+  if (pd && pdDecision)
+    m.disaggDecisions.inc({
+      plugin_name: pd.name,
+      plugin_type: pd.type,
+      model_name: labels.target_model_name || "unknown",
+      decision_type: pdDecision,
+    });
   let out: Buffer | null = null;
   if (rewrite && rewrite.target !== parsed.model) {
     parsed.json.model = rewrite.target;
@@ -245,11 +257,27 @@ export async function decide(
       targets,
       picked: Math.max(1, Math.min(primary?.picked ?? 1, targets.length)),
       prefillHost,
+      pdDecision,
       clientModel: parsed.model,
       rewrite,
       body: out,
       routing,
     },
+  };
+}
+
+/** The config's profile handler when it is llm-d's disagg-profile-handler (or its pd-profile-handler alias). */
+function disaggHandler(routing: Routing): { name: string; type: string; prefillProfile: string } | null {
+  const s = routing.scheduler;
+  const h = s.plugins.get(s.config.profileHandler);
+  if (!h || (h.typedName.type !== "disagg-profile-handler" && h.typedName.type !== "pd-profile-handler"))
+    return null;
+  const params = (h as { params?: { profiles?: { prefill?: unknown } } }).params;
+  const prefill = params?.profiles?.prefill;
+  return {
+    name: h.typedName.name,
+    type: h.typedName.type,
+    prefillProfile: typeof prefill === "string" ? prefill : "prefill",
   };
 }
 

@@ -79,6 +79,20 @@ export interface GatewayOptions {
    * every proxied response. Default true.
    */
   servedEndpointHeader?: boolean;
+  /**
+   * Who runs a split request's two legs: "gateway" (default: kvgate sends the prefill leg, then the
+   * decode leg, pd/legs.ts) or "sidecar" (kvgate only names the prefiller in x-prefiller-host-port for
+   * the decode pod's routing sidecar, kvgate pd-sidecar or llm-d's).
+   */
+  pdLegs?: "gateway" | "sidecar";
+  /** A failed prefill leg: "recompute" (default, local prefill on the decoder) or "fail" (llm-d's). */
+  prefillFailurePolicy?: "recompute" | "fail";
+  /** Retries of a prefill answered 502/503/504 or cut off. Default 0. */
+  prefillMaxRetries?: number;
+  /** Between prefill retries. Default 200 ms. */
+  prefillRetryBackoffMs?: number;
+  /** A prefill attempt must be answered in full within this. Default 60 s. */
+  prefillTimeoutMs?: number;
   seed?: number;
   log?: (line: string) => void;
 }

@@ -7,6 +7,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { KvEndpointStats } from "../datalayer/kv-events-subscriber.ts";
 import type { KvEventsFeedView } from "./kv-events.ts";
+import { PdMetrics } from "./pd/metrics.ts";
 
 const REQ_LABELS = ["model_name", "target_model_name", "fairness_id", "priority"] as const;
 export type ReqLabels = Record<(typeof REQ_LABELS)[number], string>;
@@ -83,6 +84,13 @@ export class GatewayMetrics {
   readonly kvEventCounters: ReadonlyArray<[keyof KvEndpointStats, Counter<KvLabels>]>;
   readonly kvIndexEntries: Gauge<KvLabels>;
   readonly kvIndexBytesPerEntry: Gauge<"plugin_name">;
+  /**
+   * llm-d's P/D decision counter (llm-d/llm-d-router@ebab6879 `profilehandler/disagg/metrics.go`
+   * `LlmdDisaggDecisionCount`), counted per scheduling by a disagg-profile-handler.
+   */
+  readonly disaggDecisions: Counter<"plugin_name" | "plugin_type" | "model_name" | "decision_type">;
+  /** kvgate's P/D legs: fallbacks, failures, retries, releases (pd/metrics.ts). */
+  readonly pd: PdMetrics;
 
   constructor() {
     const registers = [this.registry];
@@ -159,6 +167,12 @@ export class GatewayMetrics {
       "Requests whose model an InferenceModelRewrite resolved.",
       ["model_rewrite_name", "model_name", "target_model"],
     );
+    this.disaggDecisions = c(
+      "llm_d_epp_disagg_decision_total",
+      "Disaggregation decisions: decode-only, or prefill-decode when the prefill decider approved.",
+      ["plugin_name", "plugin_type", "model_name", "decision_type"],
+    );
+    this.pd = new PdMetrics(this.registry);
     this.httpRequests = c("kvgate_http_requests_total", "Public API requests by route, status and outcome.", [
       "route",
       "status",

@@ -5,7 +5,8 @@
  * so a replica that dies during prefill is retried transparently. After that the response streams
  * through as it arrives (SSE forwarded at event boundaries, with backpressure), and a failure
  * becomes a closing SSE error event or a cut-off JSON response, never a hang. A client disconnect
- * aborts the upstream request.
+ * aborts the upstream request. Optionally the body passes through a rewriter (P/D's cached_tokens
+ * rewrite), and the last endpoint's 5xx can be passed on verbatim (the P/D sidecar, which has one).
  */
 import type { ServerResponse } from "node:http";
 import type { Dispatcher, Pool } from "undici";
@@ -38,6 +39,20 @@ export interface ForwardRequest {
   onAttemptFailed(f: AttemptFailure): void;
   /** First response byte from `endpoint`; it is now the serving endpoint. */
   onStarted(endpoint: string, status: number): void;
+  /** Rewrites the response body on its way (SSE: whole events; otherwise chunks); drops Content-Length. */
+  rewriter?: ResponseRewriter;
+  /** The last endpoint's 5xx goes to the client as is, instead of ending the attempts as "exhausted". */
+  passLastError?: boolean;
+}
+
+/** A response-body transform: `start` once before the first chunk, then `chunk` per piece, `end` once. */
+export interface ResponseRewriter {
+  /** `sse`: the body is an unencoded text/event-stream, and each chunk ends at an event boundary. */
+  start(status: number, sse: boolean): void;
+  /** What to write for this piece now (may be empty: the rewriter holds it). */
+  chunk(b: Buffer): Buffer;
+  /** What is left to write once the upstream body ended. */
+  end(): Buffer;
 }
 
 export type ForwardOutcome =
@@ -137,7 +152,7 @@ export async function forward(r: ForwardRequest): Promise<ForwardOutcome> {
       continue;
     }
     up.body.on("error", () => {}); // errors surface through the iterator below
-    if (up.statusCode >= 500) {
+    if (up.statusCode >= 500 && !(r.passLastError && attempt === targets.length - 1)) {
       fail(id, "status", `HTTP ${up.statusCode}: ${await errorExcerpt(up.body)}`);
       continue;
     }
@@ -169,12 +184,19 @@ async function stream(
   const encoding = String(up.headers["content-encoding"] ?? "identity").toLowerCase();
   const sse =
     String(up.headers["content-type"] ?? "").startsWith("text/event-stream") && encoding === "identity";
-  res.writeHead(up.statusCode, forwardResponseHeaders(up.headers));
+  const rw = r.rewriter;
+  const headers = forwardResponseHeaders(up.headers);
+  if (rw) {
+    delete headers["content-length"]; // the rewritten body's length differs
+    rw.start(up.statusCode, sse);
+  }
+  res.writeHead(up.statusCode, headers);
   if (sse) res.flushHeaders(); // the first chunk may be held until its event is complete
   let bytes = 0;
   let pending: Buffer | null = null;
   let tail = "";
-  const write = async (b: Buffer) => {
+  const write = async (raw: Buffer) => {
+    const b = rw ? rw.chunk(raw) : raw;
     if (b.length === 0) return;
     bytes += b.length;
     tail = (tail + b.subarray(-32).toString("latin1")).slice(-32);
@@ -215,6 +237,11 @@ async function stream(
     return { kind: "failed-midstream", endpoint: id, status: up.statusCode, bytes, error: message };
   }
   if (pending) await write(pending);
+  const rest = rw?.end();
+  if (rest?.length) {
+    bytes += rest.length;
+    res.write(rest);
+  }
   res.end();
   return { kind: "completed", endpoint: id, status: up.statusCode, bytes, failures };
 }

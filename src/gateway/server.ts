@@ -2,7 +2,10 @@
  * The public front door (node:http): POST /v1/completions, /v1/chat/completions, /v1/embeddings
  * and GET /v1/models. Per request: bounded body read → the decision shared with `kvgate epp`
  * (decide.ts: one JSON decode, candidates, admission, scheduling) → forwarding of the original bytes
- * with failover, reporting the response to the scheduler. Every failure is an OpenAI error
+ * with failover, reporting the response to the scheduler. When the scheduler split the request into
+ * prefill and decode (a disagg-profile-handler config), the gateway runs both legs itself
+ * (pd/legs.ts), or with pdLegs "sidecar" leaves them to the decode pod's sidecar and only names the
+ * prefiller in x-prefiller-host-port. Every failure is an OpenAI error
  * with llm-d's status and drop-reason header (llm-d/llm-d-router@ebab6879 `pkg/common/error/error.go`);
  * nothing a client sends can crash
  * the process or steer the pick through llm-d's routing headers.
@@ -15,7 +18,10 @@ import { GatewayError, sendError } from "./errors.ts";
 import type { Gateway } from "./gateway.ts";
 import { forwardRequestHeaders, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";
-import { forward } from "./proxy.ts";
+import type { JsonObject } from "./pd/bodies.ts";
+import { pdApiOf } from "./pd/bodies.ts";
+import { DEFAULT_PD_LEG_OPTIONS, PD_HEADER, runPdLegs } from "./pd/legs.ts";
+import { type AttemptFailure, type ForwardRequest, forward } from "./proxy.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
 import { encodeSessionToken } from "./routing.ts";
 
@@ -107,7 +113,7 @@ async function proxyRequest(
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(d.error, d.outcome);
   }
-  const { facts, labels, targets, prefillHost, routing } = d.decision;
+  const { facts, labels, targets, prefillHost, pdDecision, routing } = d.decision;
   const m = gw.metrics;
   const target = { id: targets[0] };
   if (d.decision.body) body = d.decision.body;
@@ -118,14 +124,22 @@ async function proxyRequest(
   const headers = forwardRequestHeaders(req.headers);
   if (!headers["x-request-id"]) headers["x-request-id"] = randomUUID();
   headers["content-length"] = String(body.length);
-  if (prefillHost !== null) headers["x-prefiller-host-port"] = prefillHost;
+  const sidecarLegs = gw.opts.pdLegs === "sidecar";
+  const pdApi = prefillHost !== null && !sidecarLegs ? pdApiOf(req.url ?? "/") : null;
+  if (prefillHost !== null && sidecarLegs) headers["x-prefiller-host-port"] = prefillHost;
+  else if (pdDecision !== null && pdApi === null) res.setHeader(PD_HEADER, "decode-only");
 
   m.requestRunning.inc(labels);
   let served: string | null = null;
   let firstByteAt = 0;
   let out: Awaited<ReturnType<typeof forward>>;
+  const reportFailure = (f: AttemptFailure) => {
+    gw.traffic.failure(f.endpoint);
+    m.upstreamFailures.inc({ endpoint: f.endpoint, kind: f.kind });
+    gw.data.store.reportRequestFailure(f.endpoint, f.kind, f.message, monotonicSeconds());
+  };
   try {
-    out = await forward({
+    const fwd: ForwardRequest = {
       path: req.url ?? "/",
       method: "POST",
       headers,
@@ -149,11 +163,7 @@ async function proxyRequest(
           port: p,
         });
       },
-      onAttemptFailed: (f) => {
-        gw.traffic.failure(f.endpoint);
-        m.upstreamFailures.inc({ endpoint: f.endpoint, kind: f.kind });
-        gw.data.store.reportRequestFailure(f.endpoint, f.kind, f.message, monotonicSeconds());
-      },
+      onAttemptFailed: reportFailure,
       onStarted: (id, status) => {
         served = id;
         firstByteAt = performance.now();
@@ -162,7 +172,31 @@ async function proxyRequest(
         if (routing.sessionTokenHeader) res.setHeader(routing.sessionTokenHeader, encodeSessionToken(id));
         routing.scheduler.onResponseStarted(facts, id, monotonicSeconds());
       },
-    });
+    };
+    if (prefillHost !== null && pdApi !== null) {
+      const o = gw.opts;
+      out = (
+        await runPdLegs({
+          api: pdApi,
+          path: fwd.path,
+          headers,
+          body: JSON.parse(body.toString("utf8")) as JsonObject,
+          prefill: { id: prefillHost, pool: gw.pool(prefillHost) },
+          decode: fwd,
+          res,
+          signal: ac.signal,
+          opts: {
+            failurePolicy: o.prefillFailurePolicy ?? DEFAULT_PD_LEG_OPTIONS.failurePolicy,
+            prefillMaxRetries: o.prefillMaxRetries ?? DEFAULT_PD_LEG_OPTIONS.prefillMaxRetries,
+            prefillRetryBackoffMs: o.prefillRetryBackoffMs ?? DEFAULT_PD_LEG_OPTIONS.prefillRetryBackoffMs,
+            prefillTimeoutMs: o.prefillTimeoutMs ?? DEFAULT_PD_LEG_OPTIONS.prefillTimeoutMs,
+          },
+          metrics: m.pd,
+          log: gw.log,
+          onPrefillFailed: reportFailure,
+        })
+      ).out;
+    } else out = await forward(fwd);
   } finally {
     routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds());
     m.requestRunning.dec(labels);
