@@ -7,32 +7,11 @@
  * Prints one startup line; SIGTERM/SIGINT turn health NOT_SERVING at once, let open streams finish
  * for --drain-timeout, then exit 0. Bad flags exit 2 with what to do.
  */
-import { type Command, InvalidArgumentError, Option } from "commander";
+import { type Command, Option } from "commander";
 import { startKubernetesDiscovery } from "./epp-kubernetes.ts";
-import { integer, port, positive } from "./flag-values.ts";
+import { bool, durationMs, integer, port, positive } from "./flag-values.ts";
 
-const bool = (v: string): boolean => {
-  const s = v.trim().toLowerCase();
-  if (["true", "1", "yes", "on"].includes(s)) return true;
-  if (["false", "0", "no", "off"].includes(s)) return false;
-  throw new InvalidArgumentError("must be true or false (e.g. --secure-serving=false).");
-};
-
-/** A Go-style duration ("30s", "1m30s", "500ms") or plain seconds, in milliseconds. */
-export function durationMs(v: string): number {
-  const s = v.trim();
-  if (/^\d+(\.\d+)?$/.test(s)) return Math.round(Number(s) * 1000);
-  const unit: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-  let total = 0;
-  let rest = s;
-  while (rest !== "") {
-    const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)/.exec(rest);
-    if (!m) throw new InvalidArgumentError(`"${v}" is not a duration; write e.g. 30s, 1m30s or 500ms.`);
-    total += Number(m[1]) * unit[m[2]];
-    rest = rest.slice(m[0].length);
-  }
-  return Math.round(total);
-}
+export { durationMs } from "./flag-values.ts";
 
 /** Metric names kvgate's scraper reads (vLLM and SGLang), per llm-d metric flag. */
 const METRIC_FLAGS: Record<string, { known: string[]; what: string }> = {

@@ -7,9 +7,9 @@
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
-import type { Command } from "commander";
+import { type Command, Option } from "commander";
 import type { BoundAddress } from "../gateway/gateway.ts";
-import { integer, port, positive } from "./flag-values.ts";
+import { durationMs, integer, nonNegative, oneOf, port, positive } from "./flag-values.ts";
 
 interface Flags {
   host: string;
@@ -35,6 +35,11 @@ interface Flags {
   tokenizeTimeoutMs: number;
   poolName: string;
   servedEndpointHeader: boolean;
+  pdLegs: "gateway" | "sidecar";
+  prefillFailurePolicy: "recompute" | "fail";
+  prefillMaxRetries: number;
+  prefillRetryBackoff: number;
+  prefillTimeout: number;
 }
 
 /**
@@ -108,6 +113,39 @@ export function registerServe(program: Command): Command {
       "--no-served-endpoint-header",
       "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
     )
+    .option(
+      "--pd-legs <gateway|sidecar>",
+      "P/D (a disagg-profile-handler config): gateway = kvgate sends the prefill leg, then the decode " +
+        "leg; sidecar = kvgate only sets x-prefiller-host-port for the decode pod's routing sidecar",
+      oneOf("gateway", "sidecar"),
+      "gateway",
+    )
+    .option(
+      "--prefill-failure-policy <recompute|fail>",
+      "P/D: a failed prefill leg (unreachable, timeout, HTTP error, no kv_transfer_params) is prefilled " +
+        "on the decoder (recompute, marked x-kvgate-pd: fallback-<reason>) or, with fail, returned as llm-d's sidecar does",
+      oneOf("recompute", "fail"),
+      "recompute",
+    )
+    .option(
+      "--prefill-max-retries <n>",
+      "P/D: retries of a prefill answered 502/503/504 or cut off",
+      nonNegative,
+      0,
+    )
+    .addOption(
+      new Option("--prefill-retry-backoff <duration>", "P/D: pause between prefill retries")
+        .argParser(durationMs)
+        .default(200, "200ms"),
+    )
+    .addOption(
+      new Option(
+        "--prefill-timeout <duration>",
+        "P/D: each prefill attempt must be answered in full within this",
+      )
+        .argParser(durationMs)
+        .default(60_000, "60s"),
+    )
     .action(async (flags: Flags, cmd: Command) => {
       if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
         cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
@@ -141,6 +179,11 @@ export function registerServe(program: Command): Command {
           tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
           poolName: flags.poolName,
           servedEndpointHeader: flags.servedEndpointHeader,
+          pdLegs: flags.pdLegs,
+          prefillFailurePolicy: flags.prefillFailurePolicy,
+          prefillMaxRetries: flags.prefillMaxRetries,
+          prefillRetryBackoffMs: flags.prefillRetryBackoff,
+          prefillTimeoutMs: flags.prefillTimeout,
         });
       } catch (err) {
         const e = err as Error & { code?: string };
