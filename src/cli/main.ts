@@ -1,6 +1,6 @@
 /**
  * The `kvgate` command line: builds the commander program and registers each command from its own
- * file (sim-replica here; serve, epp, bench, demo and simulate register the same way). Usage errors exit
+ * file (sim-replica here; serve, epp, pd-sidecar, bench, demo and simulate register the same way). Usage errors exit
  * with code 2 and a message naming the flag; any other error exits 1 with its message, never a stack.
  * `--version` prints package.json's version.
  */
@@ -11,6 +11,7 @@ import { KVGATE_VERSION } from "../bench/version.ts";
 import { registerBench } from "./bench.ts";
 import { registerDemo } from "./demo.ts";
 import { registerEpp } from "./epp.ts";
+import { registerPdSidecar } from "./pd-sidecar.ts";
 import { registerReport } from "./report.ts";
 import { registerServe } from "./serve.ts";
 import { registerSimFleet } from "./sim-fleet.ts";
@@ -32,6 +33,7 @@ export function buildProgram(): Command {
   registerSimFleet(program);
   registerServe(program);
   registerEpp(program);
+  registerPdSidecar(program);
   registerBench(program);
   registerDemo(program);
   registerReport(program);

@@ -21,6 +21,7 @@ export type DropReason =
 
 const TYPES: Record<number, string> = {
   400: "BadRequestError",
+  403: "PermissionDeniedError",
   404: "NotFoundError",
   405: "MethodNotAllowedError",
   408: "RequestTimeoutError",
