@@ -70,6 +70,20 @@ test("a long uncached prompt gets a prefill endpoint in x-prefiller-host-port; a
   assert.equal(setHeaders(m2)["x-prefiller-host-port"], undefined, "no prefill stage, no prefiller header");
   assert.deepEqual(m2?.remove_headers, ["x-prefiller-host-port"]);
   short.call.cancel();
+
+  // llm-d's decision counter, one per scheduling (llm-d/llm-d-router profilehandler/disagg/metrics.go)
+  const text = await (await fetch(`${epp.metrics.url}/metrics`)).text();
+  const count = (type: string) =>
+    Number(
+      new RegExp(`^llm_d_epp_disagg_decision_total\\{[^}]*decision_type="${type}"[^}]*\\} (\\d+)`, "m").exec(
+        text,
+      )?.[1],
+    );
+  assert.deepEqual([count("prefill-decode"), count("decode-only")], [1, 1]);
+  assert.match(
+    text,
+    /llm_d_epp_disagg_decision_total\{plugin_name="disagg-profile-handler",plugin_type="disagg-profile-handler",model_name="[^"]+",decision_type="prefill-decode"\}/,
+  );
 });
 
 test("x-llm-d-model-name-rewrite steers nothing and is removed; trailers are answered in order", async () => {

@@ -295,3 +295,42 @@ test("a client's x-prefiller-host-port is never used: stripped on every leg, and
   assert.equal(long!.headers["x-prefiller-host-port"], side.p.id, "P/D: the scheduler's prefiller");
   assert.equal(generations(side.p).length, 0, "sidecar mode: the gateway sends no prefill leg");
 });
+
+test("the prefiller killed mid-run: every request is served (in-flight prefills fall back, later ones too), none lost", async (t) => {
+  const s = await setup(t, (q, res, raw) => {
+    setTimeout(() => prefillOk(q, res, raw), 20);
+  });
+  const one = async (i: number) => {
+    const r = await post(s.gw.url, {
+      model: "m",
+      prompt: `${i} ${LONG_PROMPT}`,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    return { status: r.status, pd: String(r.headers["x-kvgate-pd"]), done: parseSse(r.text).at(-1) };
+  };
+  const first = await Promise.all([0, 1, 2].map(one));
+  const during = [3, 4, 5, 6, 7, 8].map(one);
+  await waitFor(() => generations(s.p).length >= 5, "prefills in flight");
+  await s.p.close(); // in-flight prefill connections are cut, later ones refused
+  const rest = await Promise.all([...during, ...[9, 10, 11].map(one)]);
+  const all = [...first, ...rest];
+  assert.deepEqual(
+    all.map((r) => [r.status, r.done]),
+    all.map(() => [200, "[DONE]"]),
+    "every request answered in full",
+  );
+  assert.deepEqual(
+    first.map((r) => r.pd),
+    ["prefill-decode", "prefill-decode", "prefill-decode"],
+  );
+  const after = rest.map((r) => r.pd);
+  assert.ok(
+    after.every((v) => v === "prefill-decode" || v.startsWith("fallback-prefill-") || v === "decode-only"),
+    after.join(),
+  );
+  const fallbacks = after.filter((v) => v.startsWith("fallback-")).length;
+  assert.ok(fallbacks >= 1, "the cut prefills fell back");
+  const m = await metrics(s);
+  assert.equal(sampleValue(m, "kvgate_pd_fallbacks_total"), fallbacks, "each one counted");
+});
