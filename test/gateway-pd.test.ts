@@ -334,3 +334,26 @@ test("the prefiller killed mid-run: every request is served (in-flight prefills 
   const m = await metrics(s);
   assert.equal(sampleValue(m, "kvgate_pd_fallbacks_total"), fallbacks, "each one counted");
 });
+
+test("a client gone during the prefill leg aborts it before the prefiller answers; the decoder is never asked", async (t) => {
+  let closed = false;
+  const s = await setup(t, (_q, res) => {
+    res.on("close", () => (closed = true)); // vLLM aborts a request whose connection closes
+  });
+  const ac = new AbortController();
+  const pending = request(`${s.gw.url}/v1/completions`, {
+    method: "POST",
+    body: JSON.stringify({ model: "m", prompt: LONG_PROMPT }),
+    headers: { "content-type": "application/json" },
+    signal: ac.signal,
+  }).catch(() => null);
+  await waitFor(() => generations(s.p).length === 1, "prefill in flight");
+  ac.abort();
+  await pending;
+  await waitFor(() => closed, "the prefill request aborted");
+  await waitFor(() => s.gw.gateway.active === 0, "request finished");
+  assert.equal(generations(s.d).length, 0);
+  const m = await metrics(s);
+  assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "client-gone" }), 1);
+  assert.equal(sampleValue(m, "kvgate_pd_disconnect_releases_total"), 0, "nothing to release");
+});
