@@ -187,7 +187,8 @@ export async function runPdLegs(r: PdLegsRequest): Promise<PdLegsOutcome> {
     fallback(p.reason, p.message);
   }
   if (r.signal.aborted) {
-    if (kv) await release(r, headers, kv);
+    // With incomplete params no decoder would read the blocks; the prefiller's lease frees them.
+    if (kv && pd === "prefill-decode") await release(r, headers, kv);
     return { out: { kind: "client-gone", endpoint: null }, pd: null };
   }
   const dbody = json(decodeBody(r.body, kv));
