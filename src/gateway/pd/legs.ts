@@ -1,7 +1,7 @@
 /**
  * One request as two legs, prefill on one replica and decode on another, the way llm-d's routing
  * sidecar runs NIXL v2 (llm-d/llm-d-router@ebab6879 `pkg/sidecar/proxy/connector_nixlv2.go`): the
- * prefill body (bodies.ts) to the prefiller, then the decode body with the prefiller's
+ * prefill body (bodies.ts) to the prefiller (prefill-leg.ts), then the decode body with the prefiller's
  * kv_transfer_params to the decoder, its answer streamed back with cached_tokens rewritten. Both legs
  * carry one new x-request-id. `kvgate serve` and `kvgate pd-sidecar` share this code.
  *
