@@ -357,3 +357,25 @@ test("a client gone during the prefill leg aborts it before the prefiller answer
   assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "client-gone" }), 1);
   assert.equal(sampleValue(m, "kvgate_pd_disconnect_releases_total"), 0, "nothing to release");
 });
+
+test("a decoder whose KV load fails (500 before any byte) is asked again without the params: served by a local prefill", async (t) => {
+  const s = await setup(t);
+  s.d.routes.set("POST /v1/completions", (q, res, raw) => {
+    if ("kv_transfer_params" in JSON.parse(raw.toString()))
+      return void res
+        .writeHead(500, { "content-type": "application/json" })
+        .end('{"error":{"message":"NIXL_ERR_BACKEND"}}');
+    decodeOk(q, res, raw);
+  });
+  const r = await post(s.gw.url, { model: "m", prompt: LONG_PROMPT });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers["x-kvgate-pd"], "fallback-decode-kv-load-failed");
+  assert.deepEqual(
+    generations(s.d).map((g) => "kv_transfer_params" in g.body),
+    [true, false],
+  );
+  const m = await metrics(s);
+  assert.equal(sampleValue(m, "kvgate_pd_fallbacks_total", { reason: "decode-kv-load-failed" }), 1);
+  assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "fallback" }), 1);
+  assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "kv-transfer" }), 0);
+});

@@ -222,3 +222,33 @@ test("llm-d flags for what kvgate lacks are refused with what to do", () => {
   for (const [change, re] of cases) assert.match(checkSidecarFlags({ ...ok, ...change }) ?? "", re);
   assert.equal(checkSidecarFlags({ ...ok, inferencePool: undefined, enableSsrfProtection: false }), null);
 });
+
+test("the local vLLM failing the KV load (500): asked again without the params; with policy fail, its 500 verbatim", async (t) => {
+  const kvFails = (f: FakeServer) =>
+    f.routes.set("POST /v1/completions", (q, res, raw) => {
+      if ("kv_transfer_params" in JSON.parse(raw.toString()))
+        return void res
+          .writeHead(500, { "content-type": "application/json" })
+          .end('{"error":{"message":"NIXL_ERR_BACKEND"}}');
+      decodeOk(q, res, raw);
+    });
+  const a = await setup(t);
+  kvFails(a.vllm);
+  const r = await call(
+    a.sc.url,
+    "/v1/completions",
+    { model: "m", prompt: LONG_PROMPT },
+    { "x-prefiller-host-port": a.ps[0]!.id },
+  );
+  assert.deepEqual([r.status, r.headers["x-kvgate-pd"]], [200, "fallback-decode-kv-load-failed"]);
+  const b = await setup(t, { legs: { failurePolicy: "fail" } });
+  kvFails(b.vllm);
+  const f = await call(
+    b.sc.url,
+    "/v1/completions",
+    { model: "m", prompt: LONG_PROMPT },
+    { "x-prefiller-host-port": b.ps[0]!.id },
+  );
+  assert.deepEqual([f.status, f.text], [500, '{"error":{"message":"NIXL_ERR_BACKEND"}}']);
+  assert.equal(generations(b.vllm).length, 1);
+});

@@ -149,7 +149,6 @@ export async function runPdLegs(r: PdLegsRequest): Promise<PdLegsOutcome> {
   let pd = "prefill-decode";
   const fallback = (reason: FallbackReason, message: string) => {
     m.fallbacks.inc({ reason });
-    m.prefillLegs.inc({ outcome: "fallback" });
     pd = `fallback-${reason}`;
     r.log(`kvgate: P/D fallback (${reason}): ${message}; the decoder prefills locally`);
   };
@@ -158,7 +157,6 @@ export async function runPdLegs(r: PdLegsRequest): Promise<PdLegsOutcome> {
     if (a.kind === "params") {
       kv = a.params;
       cached = a.cachedTokens;
-      m.prefillLegs.inc({ outcome: "kv-transfer" });
     } else if (a.kind === "incomplete") {
       kv = a.params; // verbatim, as llm-d does; vLLM's decoder ignores them and prefills
       fallback(
@@ -189,20 +187,43 @@ export async function runPdLegs(r: PdLegsRequest): Promise<PdLegsOutcome> {
   if (r.signal.aborted) {
     // With incomplete params no decoder would read the blocks; the prefiller's lease frees them.
     if (kv && pd === "prefill-decode") await release(r, headers, kv);
+    m.prefillLegs.inc({ outcome: "client-gone" });
     return { out: { kind: "client-gone", endpoint: null }, pd: null };
   }
-  const dbody = json(decodeBody(r.body, kv));
-  if (!r.res.headersSent) r.res.setHeader(PD_HEADER, pd);
-  const out = await forward({
-    ...r.decode,
-    path: r.path,
-    method: "POST",
-    headers: { ...headers, "content-length": String(dbody.length) },
-    body: dbody,
-    signal: r.signal,
-    res: r.res,
-    rewriter: pd === "prefill-decode" ? new CachedTokensRewriter(cached) : undefined,
-  });
+  const decodeLeg = (withKv: boolean, passLastError: boolean | undefined) => {
+    const dbody = json(decodeBody(r.body, withKv ? kv : undefined));
+    if (!r.res.headersSent) r.res.setHeader(PD_HEADER, pd);
+    return forward({
+      ...r.decode,
+      path: r.path,
+      method: "POST",
+      headers: { ...headers, "content-length": String(dbody.length) },
+      body: dbody,
+      signal: r.signal,
+      res: r.res,
+      passLastError,
+      rewriter: withKv && pd === "prefill-decode" ? new CachedTokensRewriter(cached) : undefined,
+    });
+  };
+  // recompute: a decoder that answers 5xx to the params before its first byte (vLLM's 500 for a KV
+  // load that failed under kv_load_failure_policy "fail", e.g. the prefiller died) is asked once
+  // more without them, so the request is still served, by a local prefill.
+  const retryLocally = pd === "prefill-decode" && r.opts.failurePolicy === "recompute";
+  let out = await decodeLeg(kv !== undefined, retryLocally ? false : r.decode.passLastError);
+  if (
+    retryLocally &&
+    out.kind === "exhausted" &&
+    out.failures.some((f) => f.kind === "status") &&
+    !r.signal.aborted
+  ) {
+    const why = out.failures.map((f) => `${f.endpoint}: ${f.message}`).join("; ");
+    fallback(
+      "decode-kv-load-failed",
+      `the decode leg with ${r.prefill.id}'s KV failed before its first byte (${why})`,
+    );
+    out = await decodeLeg(false, r.decode.passLastError);
+  }
+  m.prefillLegs.inc({ outcome: pd === "prefill-decode" ? "kv-transfer" : "fallback" });
   return { out, pd };
 }
 

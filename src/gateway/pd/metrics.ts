@@ -19,7 +19,9 @@ export type FallbackReason =
   /** A 2xx without kv_transfer_params: vLLM sends none when the one token ended the request (EOS). */
   | "no-kv-transfer-params"
   /** kv_transfer_params without the keys vLLM's decoder needs; passed on, and vLLM prefills locally. */
-  | "incomplete-kv-transfer-params";
+  | "incomplete-kv-transfer-params"
+  /** The decoder failed before its first byte with the params (a failed KV load); asked again without. */
+  | "decode-kv-load-failed";
 
 const PREFILL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120];
 
