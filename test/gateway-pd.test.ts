@@ -27,7 +27,7 @@ import {
   SHORT_PROMPT,
   sampleValue,
 } from "./helpers/pd-fakes.ts";
-import { type Json, parseSse, scrapeMetrics } from "./helpers/replica.ts";
+import { type Json, parseSse, scrapeMetrics, waitFor as waitUntil } from "./helpers/replica.ts";
 
 const PD = readFileSync(new URL("../config/examples/pd.yaml", import.meta.url), "utf8");
 
@@ -274,9 +274,10 @@ test("a client gone between the legs: the prefilled blocks are released through 
     [dec!.body.max_tokens, dec!.body.stream, dec!.body.kv_transfer_params],
     [1, false, PREFILL_PARAMS],
   );
-  await waitFor(() => s.gw.gateway.active === 0, "request finished");
-  const m = await metrics(s);
-  assert.equal(sampleValue(m, "kvgate_pd_disconnect_releases_total", { result: "released" }), 1);
+  await waitUntil(
+    async () =>
+      sampleValue(await metrics(s), "kvgate_pd_disconnect_releases_total", { result: "released" }) === 1,
+  );
 });
 
 test("a client's x-prefiller-host-port is never used: stripped on every leg, and in sidecar mode only the EPP's pick is sent", async (t) => {
@@ -351,10 +352,12 @@ test("a client gone during the prefill leg aborts it before the prefiller answer
   ac.abort();
   await pending;
   await waitFor(() => closed, "the prefill request aborted");
-  await waitFor(() => s.gw.gateway.active === 0, "request finished");
+  await waitUntil(
+    async () =>
+      sampleValue(await metrics(s), "kvgate_pd_prefill_legs_total", { outcome: "client-gone" }) === 1,
+  );
   assert.equal(generations(s.d).length, 0);
   const m = await metrics(s);
-  assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "client-gone" }), 1);
   assert.equal(sampleValue(m, "kvgate_pd_disconnect_releases_total"), 0, "nothing to release");
 });
 
