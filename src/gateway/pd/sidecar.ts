@@ -57,6 +57,8 @@ export interface PdSidecarOptions {
 
 export interface PdSidecarHandle {
   url: string;
+  /** The listening server (tests watch its connections). */
+  server: Server;
   bound: BoundAddress;
   metricsUrl: string | null;
   metrics: PdMetrics;
@@ -273,7 +275,7 @@ export async function startPdSidecar(o: PdSidecarOptions): Promise<PdSidecarHand
         })
       ).url;
     }
-    return { url: bound.url, bound, metricsUrl, metrics: s.metrics, close: closeAll };
+    return { url: bound.url, server, bound, metricsUrl, metrics: s.metrics, close: closeAll };
   } catch (err) {
     await closeAll().catch(() => {});
     throw err;
