@@ -28,6 +28,7 @@ import {
   prefixPdDeciderSpec,
   singleProfileHandlerSpec,
 } from "./plugins/profiles/handlers.ts";
+import { transferCostDeciderSpec } from "./plugins/profiles/transfer-cost-decider.ts";
 import {
   activeRequestSpec,
   kvPressureSpec,
@@ -134,6 +135,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   disaggProfileHandlerSpec,
   prefixPdDeciderSpec,
   alwaysPdDeciderSpec,
+  transferCostDeciderSpec,
   utilizationDetectorSpec,
 ];
 
