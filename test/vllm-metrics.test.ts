@@ -34,16 +34,20 @@ test("VllmMetrics follows the engine's counters by difference and keeps counters
   const stats: EngineStats = {
     numRequestsRunning: 3,
     numRequestsWaiting: 1,
+    numRequestsWaitingDeferred: 0,
     kvCacheUsage: 0.25,
     prefixCacheQueries: 100,
     prefixCacheHits: 32,
     numPreemptions: 0,
     promptTokens: 100,
+    promptTokensBySource: { local_compute: 68, local_cache_hit: 32, external_kv_transfer: 0 },
     generationTokens: 10,
-    requestSuccess: { stop: 1, length: 2, abort: 0 },
+    requestSuccess: { stop: 1, length: 2, abort: 0, error: 0 },
     numSteps: 5,
     numCachedBlocks: 4,
     numFreeBlocks: 10,
+    numHeldRequests: 0,
+    numKvExpiredReqs: 0,
   };
   const m = new VllmMetrics({
     modelName: "m",
@@ -62,7 +66,7 @@ test("VllmMetrics follows the engine's counters by difference and keeps counters
   assert.equal(gauge(f, "kvgate:sim_lag_seconds"), 0.5);
   assert.equal(gauge(f, "kvgate:sim_lag_max_seconds"), 2);
   stats.prefixCacheQueries = 250;
-  stats.requestSuccess = { stop: 1, length: 5, abort: 1 };
+  stats.requestSuccess = { stop: 1, length: 5, abort: 1, error: 0 };
   f = parsePromText(await m.render()).families;
   assert.equal(gauge(f, "vllm:prefix_cache_queries_total"), 250);
   assert.equal(gauge(f, "vllm:request_success_total", { finished_reason: "length" }), 5);

@@ -4,11 +4,20 @@
  * go first, in order, each taking its remaining tokens within the max_num_batched_tokens budget
  * (so prefills are chunked); when blocks run out the newest running request (under priority
  * scheduling, the least urgent) is preempted by recompute and put back at the front of the waiting
- * queue; waiting requests are admitted only if nothing was preempted this step. Pure.
+ * queue; waiting requests are admitted only if nothing was preempted this step. A P/D consumer
+ * request (remotePrefill) is admitted as vLLM admits one whose connector loads KV asynchronously:
+ * local prefix hit, blocks for the whole prompt, then parked in WAITING_FOR_REMOTE_KVS (`deferred`)
+ * without using the token budget or a running slot. Pure.
  */
-import { type EngineCounters, type Req, removeFrom } from "./engine-state.ts";
+import {
+  type EngineCounters,
+  REMOTE_AWAITING,
+  REMOTE_PENDING,
+  type Req,
+  removeFrom,
+} from "./engine-state.ts";
 import type { KVCacheManager } from "./kv-cache-manager.ts";
-import type { EngineConfig } from "./types.ts";
+import type { EngineConfig, RemoteKvNeed } from "./types.ts";
 
 /** A running request's prefix hits (never mutated). */
 const NO_HITS: readonly number[] = [];
@@ -19,6 +28,10 @@ export class StepScheduler {
   /** The last step's scheduled requests and their token counts (reused across steps). */
   readonly schedReq: Req[] = [];
   readonly schedN: number[] = [];
+  /** WAITING_FOR_REMOTE_KVS, by request id in parking order. */
+  readonly deferred = new Map<string, Req>();
+  /** Requests the last step parked (reused across steps; usually empty). */
+  readonly remoteNeeded: RemoteKvNeed[] = [];
 
   constructor(
     private readonly config: EngineConfig,
@@ -54,6 +67,7 @@ export class StepScheduler {
     const schedN = this.schedN;
     schedReq.length = 0;
     schedN.length = 0;
+    if (this.remoteNeeded.length > 0) this.remoteNeeded.length = 0;
     let preempted = 0;
 
     // 1. Running requests, in order.
@@ -99,7 +113,12 @@ export class StepScheduler {
         const r = this.waiting[0];
         let hitBlocks: readonly number[] = NO_HITS;
         if (r.numComputed === 0 && cfg.enablePrefixCaching) hitBlocks = this.kv.longestCacheHit(r);
-        const computed = hitBlocks.length * bs;
+        // A loaded P/D consumer request comes back with its transferred tokens computed.
+        const computed = r.numComputed + hitBlocks.length * bs;
+        if (r.remote === REMOTE_PENDING) {
+          if (!this.park(r, hitBlocks, computed)) break;
+          continue;
+        }
         let n = r.numTokens - computed;
         if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
           n = cfg.longPrefillTokenThreshold;
@@ -122,6 +141,30 @@ export class StepScheduler {
       }
     }
     return preempted;
+  }
+
+  /**
+   * Allocates blocks for the whole prompt of P/D consumer request `r` after its local hit (vLLM
+   * get_num_new_matched_tokens then allocate_slots with delay_cache_blocks) and parks it. False if
+   * the blocks do not fit (it stays first in the queue).
+   */
+  private park(r: Req, hitBlocks: readonly number[], localHit: number): boolean {
+    const ext = r.numPromptTokens - localHit;
+    if (!this.kv.allocateSlots(r, ext, hitBlocks, true)) return false;
+    this.waiting.shift();
+    r.remote = REMOTE_AWAITING;
+    this.deferred.set(r.record.id, r);
+    this.counters.prefixCacheQueries += r.numTokens;
+    this.counters.prefixCacheHits += localHit;
+    r.record.cachedTokens = localHit;
+    r.admittedOnce = true;
+    this.remoteNeeded.push({
+      requestId: r.record.id,
+      tokens: ext,
+      blocks: r.blocks.length - hitBlocks.length,
+      localHitTokens: localHit,
+    });
+    return true;
   }
 
   private pickVictim(): Req {

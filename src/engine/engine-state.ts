@@ -36,7 +36,20 @@ export interface Req {
   readonly memoGens: number[];
   admittedOnce: boolean;
   finished: boolean;
+  /** P/D consumer progress: REMOTE_NONE, or REMOTE_PENDING → REMOTE_AWAITING → REMOTE_LOADED (or back to REMOTE_NONE on a failure). */
+  remote: number;
+  /** P/D consumer: prompt tokens the transfer computed (0 without one). */
+  externalTokens: number;
 }
+
+/** Not a P/D consumer request, or its transfer is over (loaded, failed or skipped). */
+export const REMOTE_NONE = 0;
+/** remotePrefill, not yet admitted: admission allocates and parks it. */
+export const REMOTE_PENDING = 1;
+/** Parked in WAITING_FOR_REMOTE_KVS with its blocks allocated. */
+export const REMOTE_AWAITING = 2;
+/** Its transferred KV is in its blocks: it may wait holding them. */
+export const REMOTE_LOADED = 3;
 
 /** Running totals behind EngineStats. */
 export interface EngineCounters {
@@ -47,6 +60,10 @@ export interface EngineCounters {
   generationTokens: number;
   numSteps: number;
   requestSuccess: Record<FinishReason, number>;
+  /** Of promptTokens: from the local prefix cache, and from a remote KV transfer. */
+  promptCacheHit: number;
+  promptExternal: number;
+  numKvExpiredReqs: number;
 }
 
 /** All counters at zero. */
@@ -58,7 +75,10 @@ export function newCounters(): EngineCounters {
     promptTokens: 0,
     generationTokens: 0,
     numSteps: 0,
-    requestSuccess: { stop: 0, length: 0, abort: 0 },
+    requestSuccess: { stop: 0, length: 0, abort: 0, error: 0 },
+    promptCacheHit: 0,
+    promptExternal: 0,
+    numKvExpiredReqs: 0,
   };
 }
 
@@ -112,6 +132,8 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
     memoGens: [],
     admittedOnce: false,
     finished: false,
+    remote: req.remotePrefill === true ? REMOTE_PENDING : REMOTE_NONE,
+    externalTokens: 0,
   };
   r.tokens.set(prompt);
   return r;

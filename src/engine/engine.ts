@@ -6,12 +6,20 @@
  * chunked prefills, preemption by recompute, admission with the prefix-cache hit), takes its time
  * from the batch's shape (profile.ts), and samples one token for each request whose every token is
  * computed. Blocks and the prefix cache are kv-cache-manager.ts's; request state is engine-state.ts's.
+ *
+ * P/D disaggregation (vLLM NixlConnector semantics): a remoteDecode request that finishes "length"
+ * leaves its blocks held under a lease (held-kv.ts) for a consumer, released by releaseHeld or by
+ * expireLeases; a remotePrefill request is parked after allocation until the caller reports its
+ * KV transfer with completeRemoteKv. Requests that use neither cost the step nothing extra.
  */
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
+import { checkEngineInvariants } from "./engine-invariants.ts";
+import { PdKv, type RemoteKvOutcome } from "./engine-pd.ts";
 import { StepScheduler } from "./engine-scheduler.ts";
 import { checkRequest, EngineInputError, newCounters, newReq, type Req, removeFrom } from "./engine-state.ts";
 import type { PromptHashMemo } from "./fast-block-hash.ts";
 import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
+import type { KvLeases } from "./kv-lease.ts";
 import { sampleToken } from "./output-tokens.ts";
 import { type BatchShape, stepTime } from "./profile.ts";
 import type {
@@ -24,6 +32,7 @@ import type {
   TokenOutput,
 } from "./types.ts";
 
+export type { RemoteKvOutcome } from "./engine-pd.ts";
 export { EngineInputError } from "./engine-state.ts";
 export type { BlockHashAlgo } from "./kv-cache-manager.ts";
 
@@ -53,6 +62,7 @@ export class Engine {
   /** Events from calls between steps (abort, reset), published with the next step's batch. */
   private pendingEvents: KVEvent[] = [];
   private readonly decodeContexts: number[] = [];
+  private readonly pd: PdKv;
 
   constructor(config: EngineConfig, options: EngineOptions = {}) {
     const bad = (what: string): never => {
@@ -76,6 +86,9 @@ export class Engine {
     this.config = config;
     this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
     this.sched = new StepScheduler(config, this.kv, this.counters);
+    this.pd = new PdKv(config, this.kv, this.sched, this.counters, (r, reason, now) =>
+      this.finish(r, reason, now),
+    );
     this.vocabSize = config.vocabSize ?? 128256;
     this.eosTokenId = config.eosTokenId ?? 2;
   }
@@ -90,13 +103,21 @@ export class Engine {
     this.sched.enqueueWaiting(r, false);
   }
 
-  /** Aborts a request (client went away); its blocks are freed at once. Returns its record, or null if unknown. */
+  /**
+   * Aborts a request (client went away); its blocks are freed at once, a P/D consumer's included
+   * (its caller tells the producer). Returns its record, or null if unknown.
+   */
   abort(requestId: string, now: number): RequestRecord | null {
     const r = this.byId.get(requestId);
     if (r === undefined) return null;
     removeFrom(this.sched.waiting, r);
     removeFrom(this.sched.running, r);
+    this.sched.deferred.delete(requestId);
     this.finish(r, "abort", now);
+    return this.copyRecord(r);
+  }
+
+  private copyRecord(r: Req): RequestRecord {
     return {
       ...r.record,
       tokenTimes: r.record.tokenTimes.slice(),
@@ -104,9 +125,53 @@ export class Engine {
     };
   }
 
-  /** True while any request is waiting or running: the caller keeps stepping. */
+  /**
+   * True while any request is waiting, running or waiting for remote KV. A step may schedule
+   * nothing while requests only wait for remote KV: the caller then waits for completeRemoteKv.
+   */
   hasUnfinishedRequests(): boolean {
-    return this.sched.waiting.length > 0 || this.sched.running.length > 0;
+    return this.sched.waiting.length > 0 || this.sched.running.length > 0 || this.sched.deferred.size > 0;
+  }
+
+  /** Ids of the requests waiting for remote KV (WAITING_FOR_REMOTE_KVS), parked first first. */
+  waitingForRemoteKv(): string[] {
+    return [...this.sched.deferred.keys()];
+  }
+
+  /**
+   * The KV transfer of parked consumer request `requestId` ended at `now` (see PdKv.complete):
+   * ok → it decodes next with the transferred tokens computed; not ok → config.kvLoadFailurePolicy.
+   */
+  completeRemoteKv(requestId: string, now: number, ok: boolean): RemoteKvOutcome {
+    return this.pd.complete(requestId, now, ok);
+  }
+
+  /** P/D producer: frees the blocks held for `requestId` (read by the consumer, or released). */
+  releaseHeld(requestId: string, _now: number): boolean {
+    return this.pd.held.release(requestId);
+  }
+
+  /** P/D producer: frees the holds whose lease ran out by `now`, counting each; returns their ids. */
+  expireLeases(now: number): string[] {
+    return this.pd.expireLeases(now);
+  }
+
+  /** P/D producer: ids whose blocks are held. */
+  heldRequestIds(): string[] {
+    return this.pd.held.ids();
+  }
+
+  /** P/D producer: the blocks and tokens held for `requestId` (do not modify), or undefined. */
+  heldKv(requestId: string): Readonly<{ blocks: number[]; tokens: number }> | undefined {
+    return this.pd.held.get(requestId);
+  }
+
+  /**
+   * P/D producer: the leases on held blocks (kv-lease.ts): `renew(id, now)` for a consumer's
+   * heartbeat, `nextExpiry()` for the caller's next expireLeases, `heartbeatInterval`.
+   */
+  get leases(): KvLeases {
+    return this.pd.held.leases;
   }
 
   /** Schedules and runs one step starting at `now`; outputs are due at `result.endTime`. */
@@ -122,7 +187,7 @@ export class Engine {
       this.pendingEvents = [];
     }
     if (schedReq.length === 0) {
-      return {
+      const empty: StepResult = {
         startTime: now,
         endTime: now,
         outputs: [],
@@ -132,6 +197,8 @@ export class Engine {
         numScheduledRequests: 0,
         numPreemptedThisStep: preempted,
       };
+      if (this.sched.remoteNeeded.length > 0) empty.remoteKvNeeded = this.sched.remoteNeeded.slice();
+      return empty;
     }
 
     // 3. Step time from the batch's shape.
@@ -172,6 +239,8 @@ export class Engine {
       if (r.record.firstTokenTime === null) {
         r.record.firstTokenTime = end;
         this.counters.promptTokens += r.numPromptTokens;
+        this.counters.promptCacheHit += r.record.cachedTokens - r.externalTokens;
+        this.counters.promptExternal += r.externalTokens;
       }
       this.counters.generationTokens++;
       // Only a token that completes a block gives the hasher anything new to hash.
@@ -187,7 +256,7 @@ export class Engine {
       }
       outputs.push(o);
     }
-    return {
+    const result: StepResult = {
       startTime: now,
       endTime: end,
       outputs,
@@ -197,6 +266,8 @@ export class Engine {
       numScheduledRequests: numScheduled,
       numPreemptedThisStep: preempted,
     };
+    if (this.sched.remoteNeeded.length > 0) result.remoteKvNeeded = this.sched.remoteNeeded.slice();
+    return result;
   }
 
   private batch(events: KVEvent[], ts: number): KVEventBatch | null {
@@ -205,7 +276,7 @@ export class Engine {
   }
 
   private finish(r: Req, reason: FinishReason, now: number): void {
-    this.kv.freeBlocks(r);
+    if (r.input.remoteDecode !== true || !this.pd.holdOnFinish(r, reason, now)) this.kv.freeBlocks(r);
     r.finished = true;
     r.record.finishReason = reason;
     r.record.finishTime = now;
@@ -228,41 +299,33 @@ export class Engine {
 
   stats(): EngineStats {
     const c = this.counters;
+    const deferred = this.sched.deferred.size;
     return {
       numRequestsRunning: this.sched.running.length,
-      numRequestsWaiting: this.sched.waiting.length,
+      numRequestsWaiting: this.sched.waiting.length + deferred,
+      numRequestsWaitingDeferred: deferred,
       kvCacheUsage: this.kv.pool.usage(),
       prefixCacheQueries: c.prefixCacheQueries,
       prefixCacheHits: c.prefixCacheHits,
       numPreemptions: c.numPreemptions,
       promptTokens: c.promptTokens,
+      promptTokensBySource: {
+        local_compute: c.promptTokens - c.promptCacheHit - c.promptExternal,
+        local_cache_hit: c.promptCacheHit,
+        external_kv_transfer: c.promptExternal,
+      },
       generationTokens: c.generationTokens,
       requestSuccess: { ...c.requestSuccess },
       numSteps: c.numSteps,
       numCachedBlocks: this.kv.pool.numCachedHashes,
       numFreeBlocks: this.kv.pool.numFreeBlocks,
+      numHeldRequests: this.pd.held.size,
+      numKvExpiredReqs: c.numKvExpiredReqs,
     };
   }
 
   /** Block-accounting invariants, checked against every live request. Throws on violation. For tests. */
   checkInvariants(): void {
-    this.kv.pool.checkInvariants();
-    const refs = new Int32Array(this.config.numGpuBlocks);
-    refs[0] = 1;
-    for (const r of this.sched.running) for (const b of r.blocks) refs[b]++;
-    for (const r of this.sched.waiting) {
-      if (r.blocks.length !== 0) throw new Error(`waiting request ${r.record.id} holds blocks`);
-    }
-    for (let b = 0; b < refs.length; b++)
-      if (refs[b] !== this.kv.pool.refCnt[b])
-        throw new Error(`block ${b}: refCnt ${this.kv.pool.refCnt[b]} but held ${refs[b]} times`);
-    for (const r of this.sched.running) {
-      const need = Math.ceil(r.numComputed / this.config.blockSize);
-      if (r.blocks.length < need)
-        throw new Error(
-          `request ${r.record.id} computed ${r.numComputed} tokens in ${r.blocks.length} blocks`,
-        );
-    }
-    if (this.sched.running.length > this.config.maxNumSeqs) throw new Error("running exceeds maxNumSeqs");
+    checkEngineInvariants(this.config, this.kv.pool, this.sched, this.pd.held);
   }
 }

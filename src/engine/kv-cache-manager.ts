@@ -97,8 +97,12 @@ export class KVCacheManager {
     return hits;
   }
 
-  /** vLLM's allocate_slots: take hit blocks and new blocks for `n` more tokens, or fail leaving state untouched. */
-  allocateSlots(r: Req, n: number, hitBlocks: readonly number[]): boolean {
+  /**
+   * vLLM's allocate_slots: take hit blocks and new blocks for `n` more tokens, or fail leaving state
+   * untouched. `delayCache` (vLLM delay_cache_blocks, for blocks a remote KV transfer will fill)
+   * leaves the new blocks unhashed until cacheComputed.
+   */
+  allocateSlots(r: Req, n: number, hitBlocks: readonly number[], delayCache = false): boolean {
     const bs = this.config.blockSize;
     const computedAfter = r.numComputed + hitBlocks.length * bs;
     const required = Math.ceil((computedAfter + n) / bs);
@@ -112,11 +116,16 @@ export class KVCacheManager {
       r.numCachedBlocks = hitBlocks.length;
     }
     if (numNew > 0) this.pool.getNewBlocksInto(r.blocks, numNew);
-    if (this.config.enablePrefixCaching) {
+    if (this.config.enablePrefixCaching && !delayCache) {
       const full = Math.floor(Math.min(computedAfter + n, r.numTokens) / bs);
       this.cacheFullBlocks(r, full);
     }
     return true;
+  }
+
+  /** vLLM's cache_blocks(request, num_computed_tokens): hashes the full blocks of the first `tokens`. */
+  cacheComputed(r: Req, tokens: number): void {
+    if (this.config.enablePrefixCaching) this.cacheFullBlocks(r, Math.floor(tokens / this.config.blockSize));
   }
 
   private cacheFullBlocks(r: Req, numFull: number): void {

@@ -33,9 +33,23 @@ export interface EngineConfig {
   vocabSize?: number;
   /** Token that ends a naturally stopping output (default 2). */
   eosTokenId?: number;
+  /**
+   * P/D consumer: what a failed KV load does (vLLM kv_connector_extra_config.kv_load_failure_policy).
+   * "fail" (vLLM's default) ends the request with finishReason "error"; "recompute" prefills locally.
+   */
+  kvLoadFailurePolicy?: "fail" | "recompute";
+  /**
+   * P/D producer: seconds held blocks stay leased to a consumer (vLLM v0.22+
+   * kv_connector_extra_config.kv_lease_duration, default 30). See kv-lease.ts.
+   */
+  kvLeaseDuration?: number;
 }
 
-export type FinishReason = "stop" | "length" | "abort";
+/**
+ * Why a request ended. "error" is vLLM's FinishReason.ERROR: a P/D consumer whose KV load failed
+ * under kv_load_failure_policy "fail" (the HTTP layer answers 500).
+ */
+export type FinishReason = "stop" | "length" | "abort" | "error";
 
 export interface EngineRequest {
   id: string;
@@ -51,6 +65,21 @@ export interface EngineRequest {
   priority?: number;
   /** Per-request sampling seed; derived from the engine seed and id when absent. */
   seed?: number;
+  /**
+   * P/D producer (vLLM kv_transfer_params.do_remote_decode on a kv_producer/kv_both engine): when
+   * the request finishes "length" (FINISHED_LENGTH_CAPPED) its blocks are held for a consumer
+   * under a lease instead of freed, and its record carries remoteBlockIds/remoteNumTokens.
+   * Finishing "stop" or "abort" frees them as usual (vLLM nixl scheduler.py request_finished).
+   */
+  remoteDecode?: boolean;
+  /**
+   * P/D consumer (kv_transfer_params.do_remote_prefill with valid params on a kv_consumer/kv_both
+   * engine): at admission the engine takes the local prefix hit, allocates blocks for the rest of
+   * the prompt without caching them, and parks the request in WAITING_FOR_REMOTE_KVS (waiting,
+   * reason "deferred"; not running, not stepped). The step reports it in `remoteKvNeeded`; the
+   * caller moves the KV and calls `completeRemoteKv`.
+   */
+  remotePrefill?: boolean;
 }
 
 /** What the engine knows about a request; a copy is handed out when it finishes. */
@@ -70,6 +99,30 @@ export interface RequestRecord {
   numPreemptions: number;
   finishTime: number | null;
   finishReason: FinishReason | null;
+  /**
+   * P/D producer, set when a remoteDecode request finished "length": its blocks, one list per KV
+   * group (one group for our models), held for a consumer (vLLM remote_block_ids).
+   */
+  remoteBlockIds?: number[][];
+  /** The tokens those held blocks cover (vLLM remote_num_tokens): the request's computed tokens. */
+  remoteNumTokens?: number;
+  /** P/D consumer: prompt tokens that came over the KV transfer (0 or absent otherwise). */
+  externalTokens?: number;
+}
+
+/**
+ * A consumer request the step parked in WAITING_FOR_REMOTE_KVS: the caller transfers `tokens`
+ * prompt tokens in `blocks` blocks (the last `blocks` of the producer's remote_block_ids, as
+ * vLLM's NIXL worker reads them) and then calls Engine.completeRemoteKv.
+ */
+export interface RemoteKvNeed {
+  requestId: string;
+  /** Prompt tokens to load: the prompt minus the local prefix-cache hit. */
+  tokens: number;
+  /** Blocks allocated for them. */
+  blocks: number;
+  /** Local prefix-cache hit, tokens (a multiple of blockSize). */
+  localHitTokens: number;
 }
 
 /** New output of one request in one step. */
@@ -92,22 +145,37 @@ export interface StepResult {
   numDecodeTokens: number;
   numScheduledRequests: number;
   numPreemptedThisStep: number;
+  /** Consumer requests this step parked waiting for remote KV; absent when there are none. */
+  remoteKvNeeded?: RemoteKvNeed[];
 }
 
 /** Counters and gauges behind the vLLM metrics. Counters only grow. */
 export interface EngineStats {
   numRequestsRunning: number;
+  /** Every waiting request, deferred ones (waiting for remote KV) included. */
   numRequestsWaiting: number;
+  /** Waiting for remote KV (vllm:num_requests_waiting_by_reason{reason="deferred"}). */
+  numRequestsWaitingDeferred: number;
   /** 1 - free / (numGpuBlocks - 1); free includes evictable cached blocks. */
   kvCacheUsage: number;
   prefixCacheQueries: number;
   prefixCacheHits: number;
   numPreemptions: number;
   promptTokens: number;
+  /**
+   * promptTokens by where their KV came from (vllm:prompt_tokens_by_source_total); the three sum
+   * to promptTokens. A consumer's transferred tokens are external_kv_transfer except the last
+   * prompt token, which vLLM recomputes (local_compute).
+   */
+  promptTokensBySource: { local_compute: number; local_cache_hit: number; external_kv_transfer: number };
   generationTokens: number;
   requestSuccess: Record<FinishReason, number>;
   numSteps: number;
   /** Distinct block hashes currently cached (hittable) in the pool. */
   numCachedBlocks: number;
   numFreeBlocks: number;
+  /** P/D producer: finished requests whose blocks are held for a consumer. */
+  numHeldRequests: number;
+  /** P/D producer: leases that expired before a consumer read the blocks (vllm:nixl_num_kv_expired_reqs). */
+  numKvExpiredReqs: number;
 }

@@ -1,0 +1,40 @@
+/**
+ * The engine's block-accounting invariants, checked against every live request (for tests): each
+ * block's reference count equals the references running, parked, waiting (a consumer request back
+ * from its KV transfer) and held (a producer's) requests make; no plain waiting request holds
+ * blocks; every running request has blocks for its computed tokens. Pure.
+ */
+import type { BlockPool } from "./block-pool.ts";
+import type { StepScheduler } from "./engine-scheduler.ts";
+import { REMOTE_LOADED } from "./engine-state.ts";
+import type { HeldKv } from "./held-kv.ts";
+import type { EngineConfig } from "./types.ts";
+
+/** Throws an Error describing the first violation. */
+export function checkEngineInvariants(
+  config: EngineConfig,
+  pool: BlockPool,
+  sched: StepScheduler,
+  held: HeldKv,
+): void {
+  pool.checkInvariants();
+  const refs = new Int32Array(config.numGpuBlocks);
+  refs[0] = 1;
+  for (const r of sched.running) for (const b of r.blocks) refs[b]++;
+  for (const r of sched.deferred.values()) for (const b of r.blocks) refs[b]++;
+  held.countRefs(refs);
+  for (const r of sched.waiting) {
+    if (r.blocks.length !== 0 && r.remote !== REMOTE_LOADED)
+      throw new Error(`waiting request ${r.record.id} holds blocks`);
+    for (const b of r.blocks) refs[b]++;
+  }
+  for (let b = 0; b < refs.length; b++)
+    if (refs[b] !== pool.refCnt[b])
+      throw new Error(`block ${b}: refCnt ${pool.refCnt[b]} but held ${refs[b]} times`);
+  for (const r of sched.running) {
+    const need = Math.ceil(r.numComputed / config.blockSize);
+    if (r.blocks.length < need)
+      throw new Error(`request ${r.record.id} computed ${r.numComputed} tokens in ${r.blocks.length} blocks`);
+  }
+  if (sched.running.length > config.maxNumSeqs) throw new Error("running exceeds maxNumSeqs");
+}
