@@ -69,3 +69,17 @@ describe("KvLink", () => {
     assert.throws(() => kvLinkConfig("rdma", { bandwidthGBps: 0 }), /GB\/s/);
   });
 });
+
+describe("KvLink lanes", () => {
+  it("a TP4 decoder pulls from four TP1 prefillers at once, one NIC each, and a fifth waits", () => {
+    const l = new KvLink(kvLinkConfig("rdma", { bandwidthGBps: 1, overheadMs: 0, handshakeS: 0 }));
+    const ends = [0, 1, 2, 3, 4].map(() => l.start("d", 1e9, 0, 0, 1, 4));
+    assert.deepEqual(ends, [1, 1, 1, 1, 2]);
+  });
+
+  it("a TP4 → TP4 transfer splits over the four NICs", () => {
+    const l = new KvLink(kvLinkConfig("rdma", { bandwidthGBps: 1, overheadMs: 0, handshakeS: 0 }));
+    assert.equal(l.start("d", 4e9, 0, 0, 4, 4), 1);
+    assert.equal(l.start("d", 1e9, 0, 0, 1, 4), 2, "queued behind it on every NIC");
+  });
+});

@@ -14,6 +14,7 @@ import {
 } from "../src/scheduler/plugins/profiles/transfer-cost-decider.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, cycleFor, endpoint, prefixInfo } from "../src/scheduler/testing.ts";
+import type { ScheduleResult } from "../src/scheduler/types.ts";
 
 const ROLE = "llm-d.ai/role";
 const P = endpoint("p:1", {}, { [ROLE]: "prefill" });
@@ -102,6 +103,21 @@ describe("transfer-cost-pd-decider", () => {
     assert.equal(d.decide(cycle(5000, {}, 78), D), false);
     assert.equal(d.last?.uncachedTokens, 8);
     assert.equal(decider({ kvBytesPerToken: 36864, nonCachedTokens: 6000 }).decide(cycle(5000), D), false);
+  });
+
+  it("takes the prompts it sent away out of the decode endpoint's queue until their first token", () => {
+    const d = decider({ kvBytesPerToken: 36864, peakPrefillThroughput: 30000 });
+    const first = cycle(60000);
+    assert.equal(d.decide(first, D), true);
+    const picked = { requestId: "r", profiles: { prefill: { target: P } } } as unknown as ScheduleResult;
+    d.preRequest(first, picked);
+    // The in-flight producer counts those 60k tokens on D as well as on P; D will not compute them:
+    // local (0 + 5000)/30000 = 167 ms < remote 28 ms + 60000/30000 s.
+    const busy = () => cycle(5000, { [P.id]: 60000, [D.id]: 60000 });
+    assert.equal(d.decide(busy(), D), false);
+    d.onResponseStarted(completion("r", ""));
+    // Settled: D's 60k are its own again → local 2.17 s > remote 2.03 s.
+    assert.equal(d.decide(busy(), D), true);
   });
 
   it("never disaggregates without a prefill endpoint among the candidates", () => {

@@ -1,7 +1,9 @@
 /**
- * The fleet-comparison table of `kvgate simulate`, pure: one row per run with its fleet (pools,
+ * The fleet-comparison table of `kvgate simulate`, pure: one row per run (per measured stage when
+ * there are several) with its fleet (pools,
  * GPUs), output tokens/s, TTFT p50/p90, TPOT p50, E2E p50, goodput under the scenario's SLO, and
- * for P/D fleets the share of requests disaggregated and the mean KV transfer. Printed when runs
+ * for P/D fleets the share of requests disaggregated and the KV transfer's median and mean (ask
+ * to landing: handshake, NIC queue, wire and overhead; warm-up transfers included). Printed when runs
  * differ in fleet, use a KV link, or the scenario sets an SLO.
  */
 import { table } from "../../bench/format.ts";
@@ -19,6 +21,7 @@ export interface PdSummary {
   bytes: number;
   /** Mean seconds from the decoder asking for the KV to its landing (handshake, queue, wire, overhead). */
   transfer_mean_s: number | null;
+  transfer_p50_s: number | null;
   handshakes: number;
   /** Σ over every replica of prompt tokens by source (vLLM prompt_tokens_by_source). */
   prompt_tokens_by_source: Record<string, number>;
@@ -64,25 +67,45 @@ export function formatFleetComparison(res: SimResults): string {
         .map(([k, v]) => `${k} ≤ ${k === "tpot" ? `${(v * 1000).toFixed(0)} ms` : `${v} s`}`)
         .join(", ")
     : null;
-  const rows = res.runs.map((r) => {
+  interface Figures {
+    output_tokens_per_s: number | null;
+    ttft_p50_s: number | null;
+    ttft_p90_s: number | null;
+    tpot_p50_s: number | null;
+    e2e_p50_s: number | null;
+    goodput?: { fraction: number | null; requests_per_s: number | null };
+  }
+  const rows: string[][] = [];
+  for (const r of res.runs) {
     const s = sim(r);
     const pd = s.pd;
     const n = pd ? pd.disaggregated + pd.decode_only : 0;
-    const g = r.goodput;
-    return [
-      r.router,
-      fleetLabel(s.pools ?? []),
-      String(s.gpus ?? "-"),
-      int(r.output_tokens_per_s),
-      fix(r.ttft_p50_s, 3),
-      fix(r.ttft_p90_s, 3),
-      fix(r.tpot_p50_s === null ? null : r.tpot_p50_s * 1000, 1),
-      fix(r.e2e_p50_s, 2),
-      g ? `${fix((g.fraction ?? 0) * 100, 1)}% (${fix(g.requests_per_s, 1)}/s)` : "-",
-      pd && n > 0 ? `${fix((pd.disaggregated / n) * 100, 0)}%` : "-",
-      pd?.transfer_mean_s != null ? fix(pd.transfer_mean_s * 1000, 1) : "-",
-    ];
-  });
+    // Per measured stage when the workload has several, else the run's figures.
+    const stages = r.stages.filter((st) => !st.warmup);
+    const parts: [string, Figures][] =
+      stages.length > 1
+        ? stages.map((st) => [fix(st.rate, 0), st])
+        : [[stages.length === 1 ? fix(stages[0].rate, 0) : "-", r]];
+    for (const [qps, f] of parts) {
+      const g = f.goodput;
+      rows.push([
+        r.router,
+        fleetLabel(s.pools ?? []),
+        String(s.gpus ?? "-"),
+        qps,
+        int(f.output_tokens_per_s),
+        fix(f.ttft_p50_s, 3),
+        fix(f.ttft_p90_s, 3),
+        fix(f.tpot_p50_s === null ? null : f.tpot_p50_s * 1000, 1),
+        fix(f.e2e_p50_s, 2),
+        g ? `${fix((g.fraction ?? 0) * 100, 1)}% (${fix(g.requests_per_s, 1)}/s)` : "-",
+        pd && n > 0 ? `${fix((pd.disaggregated / n) * 100, 0)}%` : "-",
+        pd?.transfer_p50_s != null
+          ? `${fix(pd.transfer_p50_s * 1000, 1)} / ${fix((pd.transfer_mean_s ?? 0) * 1000, 1)}`
+          : "-",
+      ]);
+    }
+  }
   return [
     `fleets compared${sloText ? ` (goodput: share and rate of requests with ${sloText})` : ""}`,
     table(
@@ -90,6 +113,7 @@ export function formatFleetComparison(res: SimResults): string {
         "run",
         "fleet",
         "GPUs",
+        "QPS",
         "out tok/s",
         "TTFT p50 s",
         "p90 s",
@@ -97,7 +121,7 @@ export function formatFleetComparison(res: SimResults): string {
         "E2E p50 s",
         "goodput",
         "P/D",
-        "KV xfer ms",
+        "KV xfer p50/mean ms",
       ],
       rows,
     ),

@@ -6,11 +6,15 @@
  *   - First contact: the first transfer between a (decoder, prefiller) pair waits for the NIXL
  *     handshake (`handshakeS`, ~5 s in vLLM's NixlConnector); it runs once per pair in the
  *     background, so it delays only that pair's transfers, never the decoder's others.
- *   - Contention: FIFO per decoder NIC. The decoder pulls (NIXL READ), so its NIC carries every
- *     transfer into it, one after another at the full `bandwidth`; a transfer that becomes ready
- *     while the NIC is busy queues behind the ones before it. FIFO rather than fair share keeps
- *     each completion time fixed when the transfer starts (fair share gives the same aggregate
- *     throughput and later mean completions). The prefiller's NIC is not modelled.
+ *   - Contention: FIFO per decoder NIC. Every GPU has its own NIC (`bandwidth` each; GKE A3 Ultra
+ *     and DGX H200 nodes give each GPU one), and each TP rank pulls its own KV shard, so a transfer
+ *     from a TP_p prefiller into a TP_d decoder runs on min(TP_p, TP_d) of the decoder's TP_d NICs
+ *     at once, each carrying its share of the bytes. The decoder pulls (NIXL READ), so its NICs
+ *     carry every transfer into it: a transfer takes the NICs that are free soonest and starts
+ *     when all of them are, queuing behind earlier transfers (first come, first served). FIFO
+ *     rather than fair share keeps each completion time fixed when the transfer starts (fair share
+ *     gives the same aggregate throughput and later mean completions). The prefiller's NICs are
+ *     not modelled as a bottleneck.
  *   - Per-transfer overhead (`overheadS`, NIXL's post/notification time, ~1–7 ms) is latency
  *     after the bytes land; it does not hold the NIC.
  *   - bytes = transferred tokens × the profile's KV bytes per token.
@@ -20,7 +24,7 @@ export type Transport = "rdma" | "tcp";
 
 export interface KvLinkConfig {
   transport: Transport;
-  /** Bytes/s one decoder NIC pulls at. */
+  /** Bytes/s of one GPU's NIC. */
   bandwidth: number;
   /** Seconds added to every transfer after its bytes land. */
   overheadS: number;
@@ -72,8 +76,8 @@ export interface KvLinkStats {
 
 export class KvLink {
   readonly config: KvLinkConfig;
-  /** Per decoder: when its NIC is free. */
-  readonly #nicFreeAt = new Map<string, number>();
+  /** Per decoder: when each of its NICs is free. */
+  readonly #nicFreeAt = new Map<string, Float64Array>();
   /** Per "decoder→prefiller" pair: when its handshake completes. */
   readonly #pairReadyAt = new Map<string, number>();
   readonly stats: KvLinkStats = {
@@ -104,16 +108,26 @@ export class KvLink {
   }
 
   /**
-   * Starts a ready transfer of `bytes` into `decoder` at `now` (≥ its readyAt); returns when its
-   * KV is usable on the decoder. `requestedAt` (≤ now) is when the decoder asked, for the stats.
+   * Starts a ready transfer of `bytes` into `decoder` at `now` (≥ its readyAt) over `lanes` of the
+   * decoder's `nics` NICs (min(TP_p, TP_d) of TP_d; default one of one); returns when its KV is
+   * usable on the decoder. `requestedAt` (≤ now) is when the decoder asked, for the stats.
    */
-  start(decoder: string, bytes: number, now: number, requestedAt = now): number {
+  start(decoder: string, bytes: number, now: number, requestedAt = now, lanes = 1, nics = lanes): number {
     if (!(bytes >= 0) || !Number.isFinite(bytes))
       throw new RangeError(`transfer bytes must be ≥ 0, got ${bytes}`);
-    const free = this.#nicFreeAt.get(decoder) ?? 0;
-    const begin = Math.max(now, free);
-    const landed = begin + bytes / this.config.bandwidth;
-    this.#nicFreeAt.set(decoder, landed);
+    if (!(Number.isInteger(lanes) && Number.isInteger(nics) && lanes >= 1 && lanes <= nics))
+      throw new RangeError(`a transfer needs 1 ≤ lanes (${lanes}) ≤ NICs (${nics})`);
+    let free = this.#nicFreeAt.get(decoder);
+    if (free === undefined || free.length !== nics) {
+      free = new Float64Array(nics);
+      this.#nicFreeAt.set(decoder, free);
+    }
+    // The `lanes` NICs free soonest (ties: lowest index), and when the last of them is.
+    const order = Array.from(free.keys()).sort((a, b) => free[a] - free[b] || a - b);
+    const use = order.slice(0, lanes);
+    const begin = Math.max(now, ...use.map((k) => free[k]));
+    const landed = begin + bytes / (lanes * this.config.bandwidth);
+    for (const k of use) free[k] = landed;
     const done = landed + this.config.overheadS;
     const s = this.stats;
     s.transfers++;

@@ -16,6 +16,7 @@
  * The fleet loop (fleet.ts) hands this module every event of a disaggregated request; a request
  * the scheduler gave no prefill target runs on its decode replica as a whole request.
  */
+import { percentile } from "../../bench/metrics.ts";
 import { kvBytesPerToken } from "../../engine/profile.ts";
 import type { EngineRequest, RemoteKvNeed, TokenOutput } from "../../engine/types.ts";
 import type { ScheduleResult } from "../../scheduler/types.ts";
@@ -36,6 +37,8 @@ export class PdRun {
   readonly link: KvLink;
   #disaggregated = 0;
   #tokensMoved = 0;
+  /** Each transfer's time from the decoder's ask to its KV landing, seconds. */
+  readonly #durations: number[] = [];
   #decodeOnly = 0;
   /** Per request: NONE, PREFILLING or DECODE_LEG. */
   readonly #phase: Uint8Array;
@@ -151,7 +154,10 @@ export class PdRun {
     const tokens = this.#transferTokens[i];
     this.#tokensMoved += tokens;
     const bytes = tokens * this.#kvBytes(rep);
-    const done = this.link.start(rep.state.id, bytes, now, this.#askedAt[i]);
+    const tpD = rep.engine.config.profile.hardware.tensorParallel;
+    const tpP = this.replicas[this.#prefillRep[i]].engine.config.profile.hardware.tensorParallel;
+    const done = this.link.start(rep.state.id, bytes, now, this.#askedAt[i], Math.min(tpP, tpD), tpD);
+    this.#durations.push(done - this.#askedAt[i]);
     this.q.push(done, Priority.DELIVER, "kv-done", rep.index, i);
   }
 
@@ -186,6 +192,7 @@ export class PdRun {
       transferred_tokens: this.#tokensMoved,
       bytes: st.bytes,
       transfer_mean_s: st.transfers > 0 ? st.transferSeconds / st.transfers : null,
+      transfer_p50_s: percentile(Float64Array.from(this.#durations).sort(), 50) ?? null,
       handshakes: st.handshakes,
       prompt_tokens_by_source: bySource,
     };

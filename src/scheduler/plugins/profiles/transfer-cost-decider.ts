@@ -9,7 +9,10 @@
  *   local    = (queued_D + uncached) / rate_D
  *              the time D spends prefilling — its gateway-tracked in-flight uncached prompt tokens
  *              (queued_D) plus this prompt — at D's prefill rate, during which D's decoding
- *              streams stall
+ *              streams stall. The in-flight load producer counts a disaggregated request's prompt
+ *              on its decode endpoint too, though that endpoint pulls rather than computes it, so
+ *              the decider keeps its own ledger of the requests it disaggregated (from the pick to
+ *              the decode endpoint's first token) and takes their tokens out of queued_D.
  *   remote   = uncached × kvBytesPerToken / (linkBandwidthGBps · 1e9) + transferOverheadMs / 1000
  *              + min over prefill endpoints P of queued_P / rate_P
  *              the extra wait a remote prefill adds: the KV pull and the queue of the least
@@ -35,13 +38,25 @@
 import { z } from "zod";
 import type { PluginHandle } from "../../plugin-spec.ts";
 import { spec } from "../../plugin-spec.ts";
-import type { CycleState, DataKey, Decider, EndpointState, TypedName } from "../../types.ts";
+import type {
+  CycleState,
+  DataKey,
+  Decider,
+  EndpointState,
+  PreRequestHook,
+  RequestFacts,
+  ResponseHooks,
+  ScheduleResult,
+  TypedName,
+} from "../../types.ts";
 import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, prefixKey } from "../data.ts";
 import { ROLE_LABEL } from "../filters/labels.ts";
 import { flatPrompt } from "../prefix/hashing.ts";
 
 export const TRANSFER_COST_DECIDER = "transfer-cost-pd-decider";
+
+const PREFILL_PROFILE = "prefill";
 
 /** Roles the prefill-filter keeps (llm-d.ai/role). */
 const PREFILL_ROLES = new Set([
@@ -72,12 +87,18 @@ export interface TransferCostDecision {
   disaggregate: boolean;
 }
 
-export class TransferCostPdDecider implements Decider {
+export class TransferCostPdDecider implements Decider, PreRequestHook, ResponseHooks {
   readonly typedName: TypedName;
   readonly #prefix: DataKey<PrefixMatchInfo>;
   readonly #inflight: DataKey<InFlightInfo>;
   readonly decisions = { disaggregate: 0, local: 0, "no-prefill-endpoint": 0, "below-threshold": 0 };
   last: TransferCostDecision | null = null;
+  /** This cycle's yes (request id, decode endpoint, tokens), confirmed by preRequest. */
+  #pending: { requestId: string; decoder: string; tokens: number } | null = null;
+  /** Disaggregated requests not yet started on their decode endpoint: id → [decoder, tokens]. */
+  readonly #ledger = new Map<string, [string, number]>();
+  /** Per decode endpoint: Σ tokens of its ledger entries. */
+  readonly #pulled = new Map<string, number>();
 
   constructor(
     name: string,
@@ -121,17 +142,47 @@ export class TransferCostPdDecider implements Decider {
       this.decisions["no-prefill-endpoint"]++;
       return false;
     }
-    const localS = (queued(decodeTarget.id) + uncached) / rate(decodeTarget.id);
+    const own = Math.max(0, queued(decodeTarget.id) - (this.#pulled.get(decodeTarget.id) ?? 0));
+    const localS = (own + uncached) / rate(decodeTarget.id);
     const remoteS =
       (uncached * p.kvBytesPerToken) / (p.linkBandwidthGBps * 1e9) + p.transferOverheadMs / 1000 + bestQueue;
     const disaggregate = remoteS < localS;
     this.last = { uncachedTokens: uncached, localS, remoteS, prefillEndpoint: best, disaggregate };
     this.decisions[disaggregate ? "disaggregate" : "local"]++;
+    this.#pending = disaggregate
+      ? { requestId: cycle.request.requestId, decoder: decodeTarget.id, tokens: uncached }
+      : null;
     return disaggregate;
   }
 
+  /** The pick: a request this decider disaggregated, with a prefill target, enters the ledger. */
+  preRequest(_cycle: CycleState, result: ScheduleResult): void {
+    const p = this.#pending;
+    this.#pending = null;
+    if (p === null || p.requestId !== result.requestId || !result.profiles[PREFILL_PROFILE]?.target) return;
+    this.#ledger.set(p.requestId, [p.decoder, p.tokens]);
+    this.#pulled.set(p.decoder, (this.#pulled.get(p.decoder) ?? 0) + p.tokens);
+  }
+
+  onResponseStarted(req: RequestFacts): void {
+    this.#settle(req.requestId);
+  }
+
+  onResponseComplete(req: RequestFacts): void {
+    this.#settle(req.requestId);
+  }
+
+  #settle(id: string): void {
+    const e = this.#ledger.get(id);
+    if (e === undefined) return;
+    this.#ledger.delete(id);
+    const left = (this.#pulled.get(e[0]) ?? 0) - e[1];
+    if (left > 0) this.#pulled.set(e[0], left);
+    else this.#pulled.delete(e[0]);
+  }
+
   stats() {
-    return { ...this.decisions };
+    return { ...this.decisions, inFlightDisaggregated: this.#ledger.size };
   }
 }
 
