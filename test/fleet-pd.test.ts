@@ -10,8 +10,9 @@ import { resolve } from "node:path";
 import { describe, it } from "node:test";
 import { kvBytesPerToken } from "../src/engine/profile.ts";
 import type { PdSummary } from "../src/sim/fleet/format-pd.ts";
-import { parseScenario, ScenarioError } from "../src/sim/fleet/scenario.ts";
-import { type SimRun, simulate, stripWallClock } from "../src/sim/fleet/simulate.ts";
+import { formatFleetComparison } from "../src/sim/fleet/format-pd.ts";
+import { loadScenario, parseScenario, ScenarioError } from "../src/sim/fleet/scenario.ts";
+import { gpuCount, type SimRun, simulate, stripWallClock } from "../src/sim/fleet/simulate.ts";
 
 const FILE = resolve("scenarios/test-pd.yaml");
 
@@ -102,6 +103,16 @@ describe("P/D fleet simulation", () => {
     assert.ok((pdOf(tcp).transfer_mean_s as number) > (pdOf(rdma).transfer_mean_s as number));
   });
 
+  it("the fleet comparison names each run's pools, GPUs, goodput under the SLO and the P/D share", async () => {
+    const res = await simulate(scenario({ input: 3000 }), { routers: ["rdma"] });
+    const text = formatFleetComparison(res);
+    assert.match(text, /goodput: share and rate of requests with ttft ≤ 2 s/);
+    const row = text.split("\n").find((l) => l.startsWith("rdma")) ?? "";
+    assert.match(row, /1 P TP1 \+ 1 D TP1\s+2\s/);
+    assert.match(row, /100%\s+[\d.]+ \/ [\d.]+$/);
+    assert.equal(res.runs[0].goodput?.slo.ttft, 2);
+  });
+
   it("is deterministic for a seed", async () => {
     const a = stripWallClock(await simulate(scenario({ input: 2000 })));
     const b = stripWallClock(await simulate(scenario({ input: 2000 })));
@@ -110,6 +121,18 @@ describe("P/D fleet simulation", () => {
 });
 
 describe("scenario pools", () => {
+  it("the shipped P/D scenarios compare fleets of equal GPU count", () => {
+    for (const f of ["pd-long-prompt", "pd-short-prompt", "pd-ratio-sweep", "pd-transport"]) {
+      const sc = loadScenario(`scenarios/${f}.yaml`);
+      const gpus = sc.routers.map((r) => gpuCount(r.pools));
+      assert.deepEqual(new Set(gpus), new Set([16]), f);
+      assert.ok(
+        sc.routers.some((r) => r.pools.some((p) => p.labels["llm-d.ai/role"] === "prefill")),
+        `${f} has a P/D run`,
+      );
+    }
+  });
+
   it("labels each pool's replicas with its role and lets a run bring its own fleet", () => {
     const sc = scenario({
       input: 100,

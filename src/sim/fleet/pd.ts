@@ -122,8 +122,8 @@ export class PdRun {
 
   /**
    * An output of prefill leg `i` (index − n in the fleet's table). When the leg ends, the decode
-   * leg is delivered to its decode replica now (the sidecar's second request). Returns the decode
-   * replica when it did, so the loop can keep the prompt for the delivery.
+   * leg is delivered to its decode replica now (the sidecar's second request; the loop kept the
+   * prompt for it).
    */
   prefillOutput(i: number, out: TokenOutput, now: number): void {
     if (out.record === undefined) return;
