@@ -72,7 +72,10 @@ describe("disagg-profile-handler decisions", () => {
     const agg =
       "- name: aggregated\n  plugins:\n  - pluginRef: max-score-picker\n  - pluginRef: queue-scorer\n";
     const { scheduler } = await createScheduler(
-      withHandler("{ deciders: { prefill: prefix-based-pd-decider }, profiles: { fallback: aggregated } }", agg),
+      withHandler(
+        "{ deciders: { prefill: prefix-based-pd-decider }, profiles: { fallback: aggregated } }",
+        agg,
+      ),
       { hasher: h },
     );
     const r = scheduler.schedule(long("r"), [D1, D2], 0, { explain: true });
@@ -96,9 +99,12 @@ describe("disagg-profile-handler decisions", () => {
 
   it("rejects a prefill decider with prefill-first, an unknown stage order, and a fallback that is the decode profile", async () => {
     await assert.rejects(
-      createScheduler(withHandler("{ stageOrder: prefill-first, deciders: { prefill: prefix-based-pd-decider } }"), {
-        hasher: h,
-      }),
+      createScheduler(
+        withHandler("{ stageOrder: prefill-first, deciders: { prefill: prefix-based-pd-decider } }"),
+        {
+          hasher: h,
+        },
+      ),
       /prefill decider is not supported with stageOrder prefill-first/,
     );
     await assert.rejects(
