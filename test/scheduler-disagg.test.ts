@@ -117,3 +117,34 @@ describe("disagg-profile-handler decisions", () => {
     );
   });
 });
+
+describe("llm-d's P/D guide configs load unchanged and disaggregate", () => {
+  const guide = (f: string) => readFileSync(`test/fixtures/pd-guide/${f}`, "utf8");
+  const fleet = [
+    endpoint("p1:8000", { waitingQueueSize: 2 }, { "llm-d.ai/role": "prefill" }),
+    endpoint("p2:8000", {}, { "llm-d.ai/role": "prefill" }),
+    endpoint("d1:8000", {}, { "llm-d.ai/role": "decode" }),
+  ];
+
+  it("today's guide (always-disagg-pd-decider, affinity filter, token-load / active-request scorers)", async () => {
+    const { scheduler, warnings } = await createScheduler(guide("llm-d-pd-guide-current.yaml"), {
+      hasher: h,
+    });
+    assert.deepEqual(warnings, []);
+    const r = scheduler.schedule(chat("r", "hello", "q"), fleet, 0, { explain: true });
+    assert.equal(r.target?.id, "d1:8000");
+    assert.equal(r.outcome?.decision, "prefill-decode");
+    assert.ok(["p1:8000", "p2:8000"].includes(r.outcome?.prefillTarget?.id ?? ""));
+    assert.deepEqual(r.explanation?.profilesRun, ["decode", "prefill"]);
+  });
+
+  it("the v0.5 guide (pd-profile-handler threshold 0, prefill-header-handler) loads with deprecation warnings", async () => {
+    const { scheduler, warnings } = await createScheduler(guide("llm-d-pd-guide-v0.5.yaml"), { hasher: h });
+    assert.ok(warnings.some((w) => /pd-profile-handler/.test(w) && /always-disagg-pd-decider/.test(w)));
+    assert.ok(warnings.some((w) => /prefill-header-handler/.test(w)));
+    const r = scheduler.schedule(chat("r", "hello", "q"), fleet, 0);
+    assert.equal(r.target?.id, "d1:8000");
+    assert.equal(r.outcome?.decision, "prefill-decode");
+    assert.equal(r.outcome?.prefillTarget?.id, "p2:8000", "queue-scorer: the idle prefill pod");
+  });
+});
