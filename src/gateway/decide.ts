@@ -227,8 +227,7 @@ export async function decide(
   const primary = result.profiles[result.primaryProfile];
   const targets = [target.id];
   for (const f of primary?.fallbacks ?? []) if (!targets.includes(f.id)) targets.push(f.id);
-  const prefill = result.profiles.prefill?.target;
-  const prefillHost = prefill && result.primaryProfile !== "prefill" ? prefill.id : null;
+  const prefillHost = result.outcome?.prefillTarget?.id ?? null;
   let out: Buffer | null = null;
   if (rewrite && rewrite.target !== parsed.model) {
     parsed.json.model = rewrite.target;

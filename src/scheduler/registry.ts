@@ -22,9 +22,9 @@ import {
 } from "./plugins/pickers/pickers.ts";
 import { precisePrefixSpec } from "./plugins/precise-prefix-cache-producer.ts";
 import { approxPrefixSpec } from "./plugins/prefix/producer.ts";
+import { disaggProfileHandlerSpec } from "./plugins/profiles/disagg.ts";
 import {
   alwaysPdDeciderSpec,
-  disaggProfileHandlerSpec,
   prefixPdDeciderSpec,
   singleProfileHandlerSpec,
 } from "./plugins/profiles/handlers.ts";
