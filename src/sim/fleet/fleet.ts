@@ -297,7 +297,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.chunkTimes = rep.timeline.tokenTimes(rec.tokenTimes);
     r.chunkTokens = oneTokenChunks(m);
     r.completionTokens = rec.outputTokenIds.length;
-    r.cachedTokens = rec.cachedTokens;
+    // A decode leg's transferred tokens are not prefix-cache hits.
+    r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
     scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
     counters.completed++;
     resolve(i);
