@@ -200,3 +200,47 @@ test("admin: /endpoints shows the default config's learned prefill rate beside t
     await a.close();
   }
 });
+
+test("admin: /explain shows the P/D decision and both picks", { timeout: 30_000 }, async () => {
+  const p = await replica(0);
+  const d = await replica(0);
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-admin-pd-"));
+  const epFile = join(dir, "endpoints.yaml");
+  writeFileSync(
+    epFile,
+    `- address: ${p.id}\n  labels: {llm-d.ai/role: prefill}\n- address: ${d.id}\n  labels: {llm-d.ai/role: decode}\n`,
+  );
+  const gw = await startGateway({
+    endpointsFile: epFile,
+    configFile: "config/examples/pd.yaml",
+    scrapeIntervalMs: 20,
+    log: () => {},
+  });
+  try {
+    await waitFor(() => gw.gateway.data.store.get(d.id)?.state.metrics !== null, "scraped");
+    const body = JSON.stringify({
+      model: "m",
+      messages: [{ role: "user", content: "summarise this: ".repeat(200) }],
+    });
+    const r = await json(`${gw.adminUrl}/explain`, { method: "POST", body });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.picked, d.id);
+    assert.deepEqual(r.body.profilesRun, ["decode", "prefill"]);
+    assert.deepEqual(r.body.decision, {
+      decision: "prefill-decode",
+      reason: 'decider "prefix-based-pd-decider" approved',
+      prefillTarget: p.id,
+    });
+    const profiles = r.body.profiles as Record<string, { candidates: { id: string }[] }>;
+    assert.deepEqual(
+      profiles.prefill.candidates.map((c) => c.id),
+      [p.id, d.id],
+      "the prefill profile's explanation lists its candidates (d removed by prefill-filter)",
+    );
+  } finally {
+    await gw.close();
+    await p.close();
+    await d.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

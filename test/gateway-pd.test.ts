@@ -31,6 +31,14 @@ import { type Json, parseSse, scrapeMetrics, waitFor as waitUntil } from "./help
 
 const PD = readFileSync(new URL("../config/examples/pd.yaml", import.meta.url), "utf8");
 
+/** pd.yaml with an aggregated fallback profile: with the prefill pool gone, requests still run. */
+const PD_WITH_FALLBACK = PD.replace(
+  "    deciders:\n      prefill: prefix-based-pd-decider",
+  "    profiles:\n      fallback: aggregated\n    deciders:\n      prefill: prefix-based-pd-decider",
+).concat(
+  "- name: aggregated\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: max-score-picker\n  - pluginRef: queue-scorer\n",
+);
+
 interface Setup {
   p: FakeServer;
   d: FakeServer;
@@ -298,9 +306,13 @@ test("a client's x-prefiller-host-port is never used: stripped on every leg, and
 });
 
 test("the prefiller killed mid-run: every request is served (in-flight prefills fall back, later ones too), none lost", async (t) => {
-  const s = await setup(t, (q, res, raw) => {
-    setTimeout(() => prefillOk(q, res, raw), 20);
-  });
+  const s = await setup(
+    t,
+    (q, res, raw) => {
+      setTimeout(() => prefillOk(q, res, raw), 20);
+    },
+    { config: PD_WITH_FALLBACK }, // once the prefill pool is empty, served aggregated, not 503
+  );
   const one = async (i: number) => {
     const r = await post(s.gw.url, {
       model: "m",
@@ -327,7 +339,9 @@ test("the prefiller killed mid-run: every request is served (in-flight prefills 
   );
   const after = rest.map((r) => r.pd);
   assert.ok(
-    after.every((v) => v === "prefill-decode" || v.startsWith("fallback-prefill-") || v === "decode-only"),
+    after.every(
+      (v) => v === "prefill-decode" || v.startsWith("fallback-prefill-") || v === "aggregated-fallback",
+    ),
     after.join(),
   );
   const fallbacks = after.filter((v) => v.startsWith("fallback-")).length;

@@ -26,6 +26,14 @@ import {
 
 const PD = readFileSync(new URL("../config/examples/pd.yaml", import.meta.url), "utf8");
 
+/** pd.yaml with an aggregated fallback profile: with the prefill pool gone, requests still run. */
+const PD_WITH_FALLBACK = PD.replace(
+  "    deciders:\n      prefill: prefix-based-pd-decider",
+  "    profiles:\n      fallback: aggregated\n    deciders:\n      prefill: prefix-based-pd-decider",
+).concat(
+  "- name: aggregated\n  plugins:\n  - pluginRef: decode-filter\n  - pluginRef: max-score-picker\n  - pluginRef: queue-scorer\n",
+);
+
 interface Fleet {
   p: TestReplica;
   relay: Relay | null;
@@ -138,8 +146,8 @@ test("a short prompt skips P/D; so does a prompt the decoder already holds", asy
   assert.equal(sampleValue(gm, "llm_d_epp_disagg_decision_total", { decision_type: "decode-only" }), 2);
 });
 
-test("the prefiller killed mid-run: no request is lost", async (t) => {
-  const f = await fleet(t);
+test("the prefiller killed mid-run: no request is lost (with an aggregated fallback profile once the prefill pool is empty)", async (t) => {
+  const f = await fleet(t, { gateway: { config: PD_WITH_FALLBACK } });
   const one = (i: number) =>
     complete(f, `${i} ${LONG_PROMPT}`, { stream: true, max_tokens: 16 }).then((r) => ({
       ...r,

@@ -133,6 +133,7 @@ describe("llm-d-inference-scheduler release shapes", () => {
     warning(warnings, "prefill-header-handler", "no effect");
     assert.equal(config.profileHandler, "pd-profile-handler");
     assert.deepEqual(plugin(config, "pd-profile-handler").parameters, {
+      stageOrder: "decode-first",
       profiles: { decode: "decode", prefill: "prefill", encode: "encode" },
       deciders: { prefill: "prefix-based-pd-decider" },
     });
@@ -243,6 +244,7 @@ describe("single legacy rewrites", () => {
     warning(warnings, "loaded as disagg-profile-handler");
     assert.ok(!warnings.some((w) => w.includes("primaryPort")), "primaryPort 0 is today's behaviour");
     assert.deepEqual(plugin(config, "pd-profile-handler").parameters, {
+      stageOrder: "decode-first",
       profiles: { decode: "d", prefill: "p", encode: "encode" },
       deciders: { prefill: "always" },
     });
@@ -254,6 +256,7 @@ describe("single legacy rewrites", () => {
     );
     warning(warnings, "flat parameters are deprecated", "deciderPluginName → deciders.prefill");
     assert.deepEqual(plugin(config, "disagg-profile-handler").parameters, {
+      stageOrder: "decode-first",
       profiles: { decode: "dec", prefill: "prefill", encode: "encode" },
       deciders: { prefill: "always-disagg-pd-decider" },
     });

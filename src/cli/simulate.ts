@@ -14,6 +14,7 @@ import {
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
+import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
 
@@ -63,7 +64,8 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   console.log(`== comparison (${sc.name}, simulated seconds)`);
   console.log(formatComparison(res));
   console.log("");
-  for (const section of [formatSaturatedStages(res), formatVerdicts(res)]) {
+  const fleets = wantsFleetComparison(res) ? formatFleetComparison(res) : "";
+  for (const section of [fleets, formatSaturatedStages(res), formatVerdicts(res)]) {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));

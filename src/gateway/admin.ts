@@ -129,6 +129,8 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
     fallbacks: (result.profiles[result.primaryProfile]?.fallbacks ?? []).map((e) => e.id),
     failure: result.failure,
     primaryProfile: result.primaryProfile,
+    profilesRun: ex?.profilesRun ?? [],
+    decision: ex?.decision ?? null,
     candidates: (primary?.candidates ?? []).map((c) => ({
       address: c.id,
       total: c.total,

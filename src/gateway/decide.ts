@@ -142,8 +142,8 @@ export interface Decision {
   picked: number;
   /** The prefill endpoint when the scheduler chose one for a disaggregated request. */
   prefillHost: string | null;
-  /** A disagg-profile-handler's decision (llm-d's decision_type), or null for other profile handlers. */
-  pdDecision: "decode-only" | "prefill-decode" | null;
+  /** A P/D profile handler's decision (llm-d's decision_type), or null for other profile handlers. */
+  pdDecision: string | null;
   /** The model the client asked for (facts.model is the one sent, after any rewrite). */
   clientModel: string;
   rewrite: RewriteDecision | null;
@@ -229,18 +229,18 @@ export async function decide(
   const primary = result.profiles[result.primaryProfile];
   const targets = [target.id];
   for (const f of primary?.fallbacks ?? []) if (!targets.includes(f.id)) targets.push(f.id);
-  const pd = disaggHandler(routing);
-  const prefillProfile = pd?.prefillProfile ?? "prefill";
-  const prefill = result.profiles[prefillProfile]?.target;
-  const prefillHost = prefill && result.primaryProfile !== prefillProfile ? prefill.id : null;
-  const pdDecision = pd ? (prefillHost ? "prefill-decode" : "decode-only") : null;
-  if (pd && pdDecision)
+  const outcome = result.outcome;
+  const prefillHost = outcome?.prefillTarget?.id ?? null;
+  const pdDecision = outcome?.decision ?? null;
+  if (outcome) {
+    const h = routing.scheduler.plugins.get(routing.scheduler.config.profileHandler);
     m.disaggDecisions.inc({
-      plugin_name: pd.name,
-      plugin_type: pd.type,
+      plugin_name: h?.typedName.name ?? "",
+      plugin_type: h?.typedName.type ?? "",
       model_name: labels.target_model_name || "unknown",
-      decision_type: pdDecision,
+      decision_type: outcome.decision,
     });
+  }
   let out: Buffer | null = null;
   if (rewrite && rewrite.target !== parsed.model) {
     parsed.json.model = rewrite.target;
@@ -263,21 +263,6 @@ export async function decide(
       body: out,
       routing,
     },
-  };
-}
-
-/** The config's profile handler when it is llm-d's disagg-profile-handler (or its pd-profile-handler alias). */
-function disaggHandler(routing: Routing): { name: string; type: string; prefillProfile: string } | null {
-  const s = routing.scheduler;
-  const h = s.plugins.get(s.config.profileHandler);
-  if (!h || (h.typedName.type !== "disagg-profile-handler" && h.typedName.type !== "pd-profile-handler"))
-    return null;
-  const params = (h as { params?: { profiles?: { prefill?: unknown } } }).params;
-  const prefill = params?.profiles?.prefill;
-  return {
-    name: h.typedName.name,
-    type: h.typedName.type,
-    prefillProfile: typeof prefill === "string" ? prefill : "prefill",
   };
 }
 

@@ -127,7 +127,10 @@ async function proxyRequest(
   const sidecarLegs = gw.opts.pdLegs === "sidecar";
   const pdApi = prefillHost !== null && !sidecarLegs ? pdApiOf(req.url ?? "/") : null;
   if (prefillHost !== null && sidecarLegs) headers["x-prefiller-host-port"] = prefillHost;
-  else if (pdDecision !== null && pdApi === null) res.setHeader(PD_HEADER, "decode-only");
+  // No legs run here: the decision says why (decode-only, aggregated-fallback; an embeddings request
+  // the decider split is still decoded on one endpoint).
+  else if (pdDecision !== null && pdApi === null)
+    res.setHeader(PD_HEADER, pdDecision === "prefill-decode" ? "decode-only" : pdDecision);
 
   m.requestRunning.inc(labels);
   let served: string | null = null;

@@ -17,6 +17,8 @@ import type { PluginRegistry } from "./registry.ts";
 import { builtinRegistry } from "./registry.ts";
 
 export const API_VERSION = "llm-d.ai/v1alpha1";
+/** llm-d-router loads both (its e2e configs and guides now use v1; the field layout kvgate reads is the same). */
+export const API_VERSIONS = ["llm-d.ai/v1", API_VERSION];
 export const LEGACY_API_VERSION = "inference.networking.x-k8s.io/v1alpha1";
 export const KIND = "EndpointPickerConfig";
 
@@ -119,9 +121,9 @@ function parseEndpointPickerConfig(
       throw new ConfigError(`EndpointPickerConfig: kind must be "${KIND}"; got ${JSON.stringify(doc.kind)}`);
     if (apiVersion === LEGACY_API_VERSION) {
       warnings.push(`apiVersion ${LEGACY_API_VERSION} is deprecated; use ${API_VERSION}`);
-    } else if (apiVersion !== API_VERSION) {
+    } else if (!API_VERSIONS.includes(apiVersion as string)) {
       throw new ConfigError(
-        `EndpointPickerConfig: apiVersion must be "${API_VERSION}" (or legacy "${LEGACY_API_VERSION}"); got ${JSON.stringify(apiVersion)}`,
+        `EndpointPickerConfig: apiVersion must be "llm-d.ai/v1" or "${API_VERSION}" (or legacy "${LEGACY_API_VERSION}"); got ${JSON.stringify(apiVersion)}`,
       );
     }
   }

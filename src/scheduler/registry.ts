@@ -22,12 +22,13 @@ import {
 } from "./plugins/pickers/pickers.ts";
 import { precisePrefixSpec } from "./plugins/precise-prefix-cache-producer.ts";
 import { approxPrefixSpec } from "./plugins/prefix/producer.ts";
+import { disaggProfileHandlerSpec } from "./plugins/profiles/disagg.ts";
 import {
   alwaysPdDeciderSpec,
-  disaggProfileHandlerSpec,
   prefixPdDeciderSpec,
   singleProfileHandlerSpec,
 } from "./plugins/profiles/handlers.ts";
+import { transferCostDeciderSpec } from "./plugins/profiles/transfer-cost-decider.ts";
 import {
   activeRequestSpec,
   kvPressureSpec,
@@ -134,6 +135,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   disaggProfileHandlerSpec,
   prefixPdDeciderSpec,
   alwaysPdDeciderSpec,
+  transferCostDeciderSpec,
   utilizationDetectorSpec,
 ];
 

@@ -138,12 +138,15 @@ export class Scheduler {
     const primary = cycle.profileResults.get(primaryProfile) ?? null;
     const profiles: Record<string, ProfileResult> = {};
     for (const r of run) profiles[r.name] = r;
+    const outcome = this.#handler.outcome?.(cycle);
     let failure: ScheduleFailure | null = null;
     if (candidates.length === 0) {
       failure = { status: 503, reason: "rejected-no-endpoints", message: "no candidate endpoints" };
     } else if (primary?.target == null) {
       const why = primary?.failure ?? `profile "${primaryProfile}" did not run`;
       failure = { status: 429, reason: "rejected-saturated", message: why };
+    } else if (outcome?.failure) {
+      failure = outcome.failure;
     }
     let explanation: Explanation | undefined;
     if (explain) {
@@ -153,14 +156,21 @@ export class Scheduler {
         primaryProfile,
         profiles: {},
       };
+      if (outcome)
+        explanation.decision = {
+          decision: outcome.decision,
+          reason: outcome.reason,
+          prefillTarget: outcome.prefillTarget?.id ?? null,
+        };
       for (const r of run) explanation.profiles[r.name] = r.explain();
     }
     return {
       requestId: req.requestId,
       primaryProfile,
       profiles,
-      target: primary?.target ?? null,
+      target: failure === null ? (primary?.target ?? null) : null,
       failure,
+      outcome,
       explanation,
       cycle,
     };

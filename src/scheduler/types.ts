@@ -200,6 +200,23 @@ export interface ProfileHandler extends Plugin {
   pickProfiles(cycle: CycleState, profiles: ReadonlyMap<string, ProfileView>): string[];
   /** Which profile's result is the primary (the request's destination). */
   primaryProfile(cycle: CycleState): string;
+  /** What the handler decided beyond which profiles ran (P/D: the decision and why). */
+  outcome?(cycle: CycleState): HandlerOutcome | undefined;
+}
+
+/** A profile handler's decision for one request, for the gateway, metrics and /explain. */
+export interface HandlerOutcome {
+  /**
+   * llm-d's `disagg_decision_total` decision_type: "decode-only", "prefill-decode" or
+   * "aggregated-fallback" (llm-d-router pkg/epp/framework/plugins/scheduling/profilehandler/disagg/metrics.go).
+   */
+  readonly decision: string;
+  /** Why, in words. */
+  readonly reason: string;
+  /** The endpoint that runs the prefill leg, when the request is disaggregated. */
+  readonly prefillTarget: EndpointState | null;
+  /** Set when the handler fails the request even though its primary profile found a target. */
+  readonly failure?: ScheduleFailure;
 }
 
 /** A P/D decider: whether to run the prefill stage for this request. */
@@ -259,6 +276,8 @@ export interface Explanation {
   requestId: string;
   profilesRun: string[];
   primaryProfile: string;
+  /** The profile handler's decision (P/D: decode-only or prefill-decode, and why). */
+  decision?: { decision: string; reason: string; prefillTarget: string | null };
   profiles: Record<string, ProfileExplanation>;
 }
 
@@ -269,6 +288,8 @@ export interface ScheduleResult {
   /** The primary profile's target (convenience). */
   readonly target: EndpointState | null;
   readonly failure: ScheduleFailure | null;
+  /** The profile handler's decision (P/D handlers), when it reports one. */
+  readonly outcome?: HandlerOutcome;
   readonly explanation?: Explanation;
   /** The request's cycle state, handed back to hooks by onPicked. */
   readonly cycle: CycleState;

@@ -34,14 +34,24 @@ export const Priority = {
   STEP_START: 5,
 } as const;
 
-export type EventKind = "step-end" | "kv-events" | "scrape" | "arrival" | "deliver" | "step-start";
+export type EventKind =
+  | "step-end"
+  | "kv-events"
+  | "scrape"
+  | "arrival"
+  | "deliver"
+  | "step-start"
+  /** P/D (pd.ts): a (decoder, prefiller) pair's handshake is done and a KV pull may start. */
+  | "kv-start"
+  /** P/D: a KV pull landed on the decoder. */
+  | "kv-done";
 
 export interface SimEvent {
   time: number;
   priority: number;
   seq: number;
   kind: EventKind;
-  /** Replica index (step-end, kv-events, deliver, step-start). */
+  /** Replica index (step-end, kv-events, deliver, step-start; the decoder for kv-start, kv-done). */
   replica: number;
   /** Request index into the run's table (deliver). */
   request: number;

@@ -34,10 +34,14 @@ import { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
 import type { Admission } from "../../flow/admission.ts";
 import type { KVEventBatch } from "../../kv/events.ts";
+import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { Scheduler } from "../../scheduler/scheduler.ts";
 import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
+import type { PdSummary } from "./format-pd.ts";
+import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
 import { oneTokenChunks } from "./step-timeline.ts";
@@ -56,7 +60,12 @@ export interface FleetObserver {
 }
 
 export interface FleetRunOptions {
+  /** The fleet when it is one pool; with `pools`, the first pool (model, block size). */
   fleet: FleetConfig;
+  /** The fleet pool by pool (replica indices run on across pools); default [fleet]. */
+  pools?: FleetConfig[];
+  /** The KV link of a P/D fleet (pd.ts); default RDMA's. */
+  kvLink?: KvLinkConfig;
   workload: Workload;
   scheduler: Scheduler;
   admission: Admission;
@@ -98,6 +107,8 @@ export interface FleetRunResult {
   counters: FleetCounters;
   /** Virtual time of the last event handled. */
   endTime: number;
+  /** P/D figures, when the fleet has a prefill pool. */
+  pd?: PdSummary;
 }
 
 const PENDING = 0;
@@ -128,19 +139,24 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       throw new RangeError(
         `${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the engines' block size ${o.fleet.blockSize}`,
       );
-  const fleetCfg =
-    precise.length > 0 && !o.fleet.enableKvCacheEvents ? { ...o.fleet, enableKvCacheEvents: true } : o.fleet;
+  const withEvents = (f: FleetConfig) =>
+    precise.length > 0 && !f.enableKvCacheEvents ? { ...f, enableKvCacheEvents: true } : f;
   const withTokenIds = o.routerTokenizer || precise.length > 0;
   const tok = o.tokenizer ?? new PromptTokenizer();
   // The tokenizer hands out one shared, never-modified array per distinct prompt: hash each once.
   const memo = new PromptHashMemo();
-  const replicas = Array.from({ length: o.fleet.replicas }, (_, i) => new Replica(i, fleetCfg, o.seed, memo));
+  const replicas: Replica[] = [];
+  for (const pool of o.pools ?? [o.fleet])
+    for (let k = 0; k < pool.replicas; k++)
+      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo));
   const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
   const kvPending: KVEventBatch[][] = replicas.map(() => []);
   const kvHead = new Int32Array(replicas.length);
   const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
+  const byId = new Map(replicas.map((r) => [r.state.id, r]));
+  const q = new EventQueue();
   const specs = workload.requests;
   const n = specs.length;
   const indexOf = new Map<string, number>();
@@ -148,13 +164,16 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     if (indexOf.has(specs[i].id)) throw new Error(`workload: duplicate request id ${specs[i].id}`);
     indexOf.set(specs[i].id, i);
   }
+  // P/D when a pool has a role: prefill legs are table entries n + i (pd.ts).
+  const pd = replicas.some((r) => r.state.labels[ROLE_LABEL] !== undefined)
+    ? new PdRun(replicas, q, n, indexOf, o.kvLink ?? kvLinkConfig("rdma"))
+    : null;
   const status = new Uint8Array(n);
   const records: RequestRecord[] = new Array(n);
   const facts: Array<RequestFacts | undefined> = new Array(n);
   const tokens: Array<number[] | undefined> = new Array(n);
   const started = new Uint8Array(n);
   const arrivals = new ArrivalScheduler(workload);
-  const q = new EventQueue();
   const counters: FleetCounters = {
     events: 0,
     steps: 0,
@@ -236,29 +255,38 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       const st = result.failure?.status ?? 503;
       return drop(i, `http_${st}`, result.failure?.message ?? "no target", st);
     }
-    const rep = byEndpoint.get(result.target.id);
+    const rep = byId.get(result.target.id);
     if (rep === undefined) throw new Error(`scheduler picked unknown endpoint ${result.target.id}`);
     scheduler.onPicked(f, result, now);
     facts[i] = f;
     tokens[i] = ids;
-    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", rep, i);
+    const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
+    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
   };
 
   const deliver = (e: SimEvent) => {
     const i = e.request;
     const rep = replicas[e.replica];
     const spec = specs[i];
+    const ids = tokens[i] as number[];
+    const leg = pd?.leg(i) ?? "whole";
     try {
       rep.engine.addRequest(
-        { id: spec.id, promptTokenIds: tokens[i] as number[], maxTokens: spec.maxTokens, ignoreEos: true },
+        leg === "prefill"
+          ? pd!.prefillRequest(spec.id, ids)
+          : leg === "decode"
+            ? pd!.decodeRequest(spec.id, ids, spec.maxTokens)
+            : { id: spec.id, promptTokenIds: ids, maxTokens: spec.maxTokens, ignoreEos: true },
         now,
       );
     } catch (err) {
       if (!(err instanceof EngineInputError)) throw err;
       scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+      pd?.forget(i, spec.id);
       return drop(i, "http_400", err.message, 400);
     }
-    tokens[i] = undefined;
+    // A prefill leg's prompt is kept for its decode leg.
+    if (leg !== "prefill") tokens[i] = undefined;
     queueStart(rep);
   };
 
@@ -269,7 +297,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.chunkTimes = rep.timeline.tokenTimes(rec.tokenTimes);
     r.chunkTokens = oneTokenChunks(m);
     r.completionTokens = rec.outputTokenIds.length;
-    r.cachedTokens = rec.cachedTokens;
+    // A decode leg's transferred tokens are not prefix-cache hits.
+    r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
     scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
     counters.completed++;
     resolve(i);
@@ -286,6 +315,11 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     for (let k = 0; k < res.outputs.length; k++) {
       const out = res.outputs[k];
       const i = at[k];
+      if (i >= n) {
+        // A prefill leg: its token is not the client's.
+        (pd as PdRun).prefillOutput(i - n, out, now);
+        continue;
+      }
       if (started[i] === 0) {
         started[i] = 1;
         scheduler.onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
@@ -293,7 +327,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       if (out.record !== undefined) finish(i, rep, out.record);
     }
     rep.publish();
-    if (rep.engine.hasUnfinishedRequests()) queueStart(rep);
+    if (hasRunnable(rep)) queueStart(rep);
   };
 
   /** The replica's oldest pending batch reaches the precise indexes (batches of one replica keep their order). */
@@ -362,11 +396,28 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       case "deliver":
         deliver(e);
         break;
+      case "kv-start":
+        (pd as PdRun).startTransfer(replicas[e.replica], e.request, now);
+        break;
+      case "kv-done": {
+        const d = replicas[e.replica];
+        const p = (pd as PdRun).transferDone(d, e.request, now, specs[e.request].id);
+        d.publish();
+        p.publish();
+        queueStart(d);
+        if (hasRunnable(p)) queueStart(p);
+        break;
+      }
       case "step-start": {
         const rep = replicas[e.replica];
         rep.startPending = false;
-        if (!rep.busy && rep.engine.hasUnfinishedRequests())
-          q.push(rep.startStep(now), Priority.STEP_END, "step-end", rep.index);
+        if (!rep.busy && hasRunnable(rep)) {
+          const end = rep.startStep(now);
+          if (end !== null) q.push(end, Priority.STEP_END, "step-end", rep.index);
+          // Decode legs this step parked pull their KV from now on (vLLM starts the load with the step).
+          const parked = rep.inFlight?.remoteKvNeeded;
+          if (parked !== undefined) (pd as PdRun).afterStep(rep, parked, now);
+        }
         break;
       }
     }
@@ -375,7 +426,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters.steps += rep.steps;
     counters.prefillTokens += rep.prefillTokens;
     counters.decodeTokens += rep.decodeTokens;
-    if (rep.busy || rep.engine.hasUnfinishedRequests())
+    if (rep.busy || rep.engine.hasUnfinishedRequests() || rep.engine.stats().numHeldRequests > 0)
       throw new Error(`INV-2: replica ${rep.state.id} still has work after every request resolved`);
   }
   return {
@@ -384,5 +435,13 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     fleet: fleetResult(replicas, kvTicks),
     counters,
     endTime: now,
+    ...(pd !== null ? { pd: pd.summary() } : {}),
   };
+}
+
+/** The replica has a request a step can run (not only decode legs waiting for their KV). */
+function hasRunnable(rep: Replica): boolean {
+  if (!rep.engine.hasUnfinishedRequests()) return false;
+  const s = rep.engine.stats();
+  return s.numRequestsRunning + s.numRequestsWaiting - s.numRequestsWaitingDeferred > 0;
 }

@@ -118,11 +118,26 @@ export class Replica {
     return m;
   }
 
-  /** Starts a step at `now`; returns its end time. Throws if the engine has work but schedules none. */
-  startStep(now: number): number {
+  /**
+   * Starts a step at `now`; returns its end time, or null when it scheduled nothing because the
+   * engine waits on P/D KV (requests parked for a transfer, or blocks held for a decoder, that a
+   * transfer's end will change). A step that only parks P/D requests ends at once. Throws if the
+   * engine has work but schedules none otherwise.
+   */
+  startStep(now: number): number | null {
     const r = this.engine.step(now);
-    if (r.numScheduledRequests === 0)
-      throw new Error(`replica ${this.state.id} stalled at t=${now}: requests waiting but none schedulable`);
+    if (r.numScheduledRequests === 0) {
+      if (r.remoteKvNeeded === undefined) {
+        const s = this.engine.stats();
+        if (s.numRequestsWaitingDeferred > 0 || s.numHeldRequests > 0) return null;
+        throw new Error(
+          `replica ${this.state.id} stalled at t=${now}: requests waiting but none schedulable`,
+        );
+      }
+      this.busy = true;
+      this.inFlight = r;
+      return r.endTime;
+    }
     this.busy = true;
     this.inFlight = r;
     this.steps++;

@@ -9,14 +9,16 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parse as parseYaml, stringify as toYaml } from "yaml";
 import { z } from "zod";
+import { parseSlo, type Slo } from "../../bench/slo.ts";
 import {
   resolveWorkloadSpec,
   type WorkloadSpec,
   WorkloadSpecError,
   WorkloadSpecInputSchema,
 } from "../../bench/workloads/spec.ts";
-import type { BlockHashAlgo } from "../../engine/engine.ts";
+import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { loadProfile } from "../profiles.ts";
+import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import type { FleetConfig } from "./replica.ts";
 
 export class ScenarioError extends Error {
@@ -25,7 +27,8 @@ export class ScenarioError extends Error {
 
 const posInt = z.number().int().positive();
 
-const FleetSchema = z.strictObject({
+/** What one pool of identical replicas may set (a single-pool fleet sets it at the top). */
+const poolFields = {
   replicas: posInt,
   /** Built-in profile name or a YAML path (relative to the scenario file). */
   profile: z.string().min(1),
@@ -33,17 +36,47 @@ const FleetSchema = z.strictObject({
   kvTokens: posInt.optional(),
   /** GPU blocks per replica including the null block (vLLM --num-gpu-blocks-override). */
   numGpuBlocks: z.number().int().min(2).optional(),
-  blockSize: posInt.optional(),
   maxNumSeqs: posInt.optional(),
   maxNumBatchedTokens: posInt.optional(),
-  maxModelLen: posInt.optional(),
   labels: z.record(z.string(), z.string()).optional(),
+};
+
+/** One pool of a P/D fleet; `role` sets the replicas' llm-d.ai/role label. */
+const PoolSchema = z.strictObject({
+  role: z.enum(["prefill", "decode", "prefill-decode"]).optional(),
+  ...poolFields,
+});
+
+/**
+ * The fleet: one pool of identical replicas (replicas, profile, …) or `pools`, each with its own
+ * count, profile and role; the fleet-wide fields (blockSize, maxModelLen, and the pool fields as
+ * defaults) apply to every pool.
+ */
+const FleetSchema = z.strictObject({
+  ...poolFields,
+  replicas: posInt.optional(),
+  profile: z.string().min(1).optional(),
+  blockSize: posInt.optional(),
+  maxModelLen: posInt.optional(),
+  pools: z.array(PoolSchema).min(1).optional(),
+});
+
+/** The KV link between prefill and decode pools (kv-link.ts); defaults per transport. */
+const KvLinkSchema = z.strictObject({
+  transport: z.enum(["rdma", "tcp"]).optional(),
+  bandwidthGBps: z.number().finite().positive().optional(),
+  overheadMs: z.number().finite().nonnegative().optional(),
+  handshakeS: z.number().finite().nonnegative().optional(),
 });
 
 const RouterSchema = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9._-]+$/, "must be letters, digits, '.', '_' or '-'"),
   /** Path to an EndpointPickerConfig YAML (relative to the scenario file), or the config inline. */
   config: z.union([z.string().min(1), z.record(z.string(), z.unknown())]),
+  /** This run's own fleet instead of the scenario's (to compare fleets, e.g. aggregated vs P/D). */
+  fleet: FleetSchema.optional(),
+  /** This run's KV link instead of the scenario's (to compare transports). */
+  kvLink: KvLinkSchema.optional(),
 });
 
 export const ScenarioSchema = z.strictObject({
@@ -53,6 +86,10 @@ export const ScenarioSchema = z.strictObject({
   fleet: FleetSchema,
   routers: z.array(RouterSchema).min(1),
   workload: WorkloadSpecInputSchema,
+  /** The KV link of P/D fleets (default: RDMA's published figures). */
+  kvLink: KvLinkSchema.optional(),
+  /** Goodput objectives, as `kvgate bench --slo` takes them: "ttft=2,tpot=50ms". */
+  slo: z.string().min(1).optional(),
   /** Metric scrape period of the gateway's data layer, ms (default 100). */
   scrapeIntervalMs: z.number().finite().positive().optional(),
   /** Gateway decision → replica receives the request, ms (default 0). */
@@ -79,6 +116,9 @@ export type ScenarioInput = z.infer<typeof ScenarioSchema>;
 
 export interface RouterSpec {
   name: string;
+  /** The pools this run's fleet is made of (the scenario's unless the router sets its own). */
+  pools: FleetConfig[];
+  kvLink: KvLinkConfig;
   /** EndpointPickerConfig YAML text. */
   configText: string;
   /** Where the config came from: a resolved path, or "inline". */
@@ -92,7 +132,11 @@ export interface Scenario {
   seed: number;
   /** The scenario file, or "(inline)". */
   origin: string;
+  /** The scenario's fleet: its first pool (the whole fleet when it has one pool). */
   fleet: FleetConfig;
+  /** The scenario's fleet, pool by pool. */
+  pools: FleetConfig[];
+  slo?: Slo;
   /** KV capacity per replica in tokens (numGpuBlocks − 1 blocks). */
   kvTokens: number;
   routers: RouterSpec[];
@@ -149,38 +193,108 @@ export function loadScenario(file: string): Scenario {
   return parseScenario(text, file);
 }
 
-function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenario {
-  const f = s.fleet;
-  let profile: ReturnType<typeof loadProfile>;
+type FleetInput = z.infer<typeof FleetSchema>;
+type LinkInput = z.infer<typeof KvLinkSchema>;
+
+function resolveLink(origin: string, path: string, l: LinkInput | undefined, base?: LinkInput): KvLinkConfig {
+  const m = { ...base, ...l };
   try {
-    profile = loadProfile(f.profile, { cwd: dir });
+    return kvLinkConfig(m.transport ?? "rdma", m);
   } catch (err) {
-    return fail(origin, "fleet.profile", (err as Error).message);
+    return fail(origin, path, (err as Error).message);
   }
-  if (f.kvTokens !== undefined && f.numGpuBlocks !== undefined)
-    fail(origin, "fleet.numGpuBlocks", "give kvTokens or numGpuBlocks, not both");
+}
+
+/** A fleet's pools, every default applied and checked; `path` names the fleet in errors. */
+function resolvePools(
+  origin: string,
+  path: string,
+  f: FleetInput,
+  dir: string,
+  s: ScenarioInput,
+): FleetConfig[] {
+  const inputs = f.pools ?? [{ replicas: f.replicas, profile: f.profile }];
+  if (f.pools !== undefined && (f.replicas !== undefined || f.profile !== undefined))
+    fail(origin, `${path}.pools`, "give pools or replicas and profile, not both");
   const blockSize = f.blockSize ?? 16;
-  const numGpuBlocks = f.numGpuBlocks ?? Math.floor((f.kvTokens ?? profile.kvCapacityTokens) / blockSize) + 1;
-  if (numGpuBlocks < 2) fail(origin, "fleet.kvTokens", `holds no full block of ${blockSize} tokens`);
-  const maxModelLen = f.maxModelLen ?? profile.defaults.maxModelLen;
-  if (Math.ceil(maxModelLen / blockSize) > numGpuBlocks - 1)
-    fail(
-      origin,
-      "fleet.maxModelLen",
-      `${maxModelLen} tokens do not fit the KV cache (${(numGpuBlocks - 1) * blockSize} tokens); lower it or raise kvTokens`,
-    );
+  const models = new Set<string>();
+  const pools = inputs.map((pool, k): FleetConfig => {
+    const at = f.pools ? `${path}.pools[${k}]` : path;
+    const p = { ...f, ...pool };
+    if (p.replicas === undefined) return fail(origin, `${at}.replicas`, "required");
+    if (p.profile === undefined) return fail(origin, `${at}.profile`, "required");
+    let profile: ReturnType<typeof loadProfile>;
+    try {
+      profile = loadProfile(p.profile, { cwd: dir });
+    } catch (err) {
+      return fail(origin, `${at}.profile`, (err as Error).message);
+    }
+    models.add(profile.model.name);
+    if (p.kvTokens !== undefined && p.numGpuBlocks !== undefined)
+      fail(origin, `${at}.numGpuBlocks`, "give kvTokens or numGpuBlocks, not both");
+    const numGpuBlocks =
+      p.numGpuBlocks ?? Math.floor((p.kvTokens ?? profile.kvCapacityTokens) / blockSize) + 1;
+    if (numGpuBlocks < 2) fail(origin, `${at}.kvTokens`, `holds no full block of ${blockSize} tokens`);
+    const maxModelLen = f.maxModelLen ?? profile.defaults.maxModelLen;
+    if (Math.ceil(maxModelLen / blockSize) > numGpuBlocks - 1)
+      fail(
+        origin,
+        `${path}.maxModelLen`,
+        `${maxModelLen} tokens do not fit the KV cache (${(numGpuBlocks - 1) * blockSize} tokens); lower it or raise kvTokens`,
+      );
+    const role = "role" in pool ? pool.role : undefined;
+    return {
+      replicas: p.replicas,
+      profile,
+      model: profile.model.name,
+      blockSize,
+      numGpuBlocks,
+      maxNumSeqs: p.maxNumSeqs ?? profile.defaults.maxNumSeqs,
+      maxNumBatchedTokens: p.maxNumBatchedTokens ?? profile.defaults.maxNumBatchedTokens,
+      maxModelLen,
+      labels: { ...(p.labels ?? {}), ...(role !== undefined ? { [ROLE_LABEL]: role } : {}) },
+      blockHashAlgo: s.blockHash ?? "fast64",
+      enableKvCacheEvents: s.kvEvents ?? false,
+    };
+  });
+  if (models.size > 1)
+    fail(origin, `${path}.pools`, `every pool must serve one model; got ${[...models].join(", ")}`);
+  return pools;
+}
+
+function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenario {
+  const pools = resolvePools(origin, "fleet", s.fleet, dir, s);
+  const link = resolveLink(origin, "kvLink", s.kvLink);
   const names = new Set<string>();
   const routers = s.routers.map((r, i): RouterSpec => {
     if (names.has(r.name)) fail(origin, `routers[${i}].name`, `duplicate router name "${r.name}"`);
     names.add(r.name);
-    if (typeof r.config !== "string") return { name: r.name, configText: toYaml(r.config), source: "inline" };
+    const own = {
+      pools: r.fleet ? resolvePools(origin, `routers[${i}].fleet`, r.fleet, dir, s) : pools,
+      kvLink: r.kvLink ? resolveLink(origin, `routers[${i}].kvLink`, r.kvLink, s.kvLink) : link,
+    };
+    if (own.pools[0].model !== pools[0].model)
+      fail(
+        origin,
+        `routers[${i}].fleet`,
+        `serves ${own.pools[0].model}, the scenario's fleet ${pools[0].model}`,
+      );
+    if (typeof r.config !== "string")
+      return { name: r.name, ...own, configText: toYaml(r.config), source: "inline" };
     const path = resolve(dir, r.config);
     try {
-      return { name: r.name, configText: readFileSync(path, "utf8"), source: path };
+      return { name: r.name, ...own, configText: readFileSync(path, "utf8"), source: path };
     } catch (err) {
       return fail(origin, `routers[${i}].config`, `cannot read ${path}: ${(err as Error).message}`);
     }
   });
+  let slo: Slo | undefined;
+  if (s.slo !== undefined)
+    try {
+      slo = parseSlo(s.slo);
+    } catch (err) {
+      fail(origin, "slo", (err as Error).message);
+    }
   let workload: WorkloadSpec;
   try {
     workload = resolveWorkloadSpec({ seed: s.seed, ...s.workload });
@@ -200,26 +314,15 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
       fail(origin, "workload.options.path", (err as Error).message);
     }
   }
-  const blockHash: BlockHashAlgo = s.blockHash ?? "fast64";
   return {
     name: s.name,
     description: s.description ?? "",
     seed: s.seed,
     origin,
-    fleet: {
-      replicas: f.replicas,
-      profile,
-      model: profile.model.name,
-      blockSize,
-      numGpuBlocks,
-      maxNumSeqs: f.maxNumSeqs ?? profile.defaults.maxNumSeqs,
-      maxNumBatchedTokens: f.maxNumBatchedTokens ?? profile.defaults.maxNumBatchedTokens,
-      maxModelLen,
-      labels: f.labels ?? {},
-      blockHashAlgo: blockHash,
-      enableKvCacheEvents: s.kvEvents ?? false,
-    },
-    kvTokens: (numGpuBlocks - 1) * blockSize,
+    fleet: pools[0],
+    pools,
+    ...(slo !== undefined ? { slo } : {}),
+    kvTokens: (pools[0].numGpuBlocks - 1) * pools[0].blockSize,
     routers,
     workload,
     ...(traceText !== undefined ? { traceText } : {}),

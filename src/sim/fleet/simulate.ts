@@ -12,11 +12,13 @@ import { generateWorkload } from "../../bench/workloads/spec.ts";
 import type { Workload } from "../../bench/workloads/types.ts";
 import { admissionFromConfig } from "../../flow/admission.ts";
 import { printConfig } from "../../scheduler/defaults.ts";
+import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
 import { computeLimits, type Limits } from "./limits.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
+import type { FleetConfig } from "./replica.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 import { threadCpuSeconds } from "./thread-cpu.ts";
 
@@ -133,7 +135,9 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
         max_model_len: sc.fleet.maxModelLen,
         block_hash: sc.fleet.blockHashAlgo,
         kv_events: sc.fleet.enableKvCacheEvents,
+        ...(sc.pools.length > 1 ? { pools: poolSummary(sc.pools) } : {}),
       },
+      ...(sc.slo !== undefined ? { slo: sc.slo } : {}),
       scrape_interval_s: sc.scrapeInterval,
       gateway_delay_s: sc.gatewayDelay,
       router_tokenizer: sc.routerTokenizer,
@@ -183,12 +187,14 @@ export async function runRouter(
   const { admission } = admissionFromConfig(created.config);
   const precise = preciseProducers(created.scheduler);
   for (const p of precise)
-    if (p.blockSizeTokens !== sc.fleet.blockSize)
+    if (p.blockSizeTokens !== r.pools[0].blockSize)
       throw new ScenarioError(
         `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the fleet's block size ${sc.fleet.blockSize}: the precise index keys engine blocks`,
       );
   const res = runFleet({
-    fleet: sc.fleet,
+    fleet: r.pools[0],
+    pools: r.pools,
+    kvLink: r.kvLink,
     workload,
     scheduler: created.scheduler,
     admission,
@@ -203,7 +209,7 @@ export async function runRouter(
     spec,
     workload,
     { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
-    { router: r.name, timeScale: 1 },
+    { router: r.name, timeScale: 1, ...(sc.slo !== undefined ? { slo: sc.slo } : {}) },
   );
   for (const st of base.stages) {
     let cached = 0;
@@ -236,10 +242,31 @@ export async function runRouter(
           }
         : {}),
       config_warnings: created.warnings,
+      pools: poolSummary(r.pools),
+      gpus: gpuCount(r.pools),
+      ...(res.pd !== undefined ? { pd: res.pd, kv_link: r.kvLink } : {}),
     },
     limits: limits as Limits,
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
+}
+
+/** The pools of a run's fleet, as the results file records them. */
+export function poolSummary(pools: readonly FleetConfig[]): Record<string, unknown>[] {
+  return pools.map((p) => ({
+    replicas: p.replicas,
+    profile: p.profile.name,
+    tensor_parallel: p.profile.hardware.tensorParallel,
+    role: p.labels[ROLE_LABEL] ?? null,
+    kv_tokens: (p.numGpuBlocks - 1) * p.blockSize,
+    max_num_seqs: p.maxNumSeqs,
+    max_num_batched_tokens: p.maxNumBatchedTokens,
+  }));
+}
+
+/** GPUs of a fleet: replicas × tensor parallelism, summed over pools. */
+export function gpuCount(pools: readonly FleetConfig[]): number {
+  return pools.reduce((n, p) => n + p.replicas * p.profile.hardware.tensorParallel, 0);
 }
 
 /** A precise producer's index counters and its routing hit ratio (blocks held by the picked endpoint). */

@@ -2,10 +2,7 @@
  * Profile handlers and P/D deciders (llm-d/llm-d-router@ebab6879
  * `pkg/epp/framework/plugins/scheduling/profilehandler/`).
  *   single-profile-handler   runs the one profile; it is primary.
- *   disagg-profile-handler   minimal P/D: runs `decode` first (primary), then `prefill` when the
- *                            prefill decider approves for the decode target. Encode stages and
- *                            stageOrder are not implemented. The gateway sends x-prefiller-host-port
- *                            from the prefill profile's target.
+ *   (disagg-profile-handler is in disagg.ts.)
  *   prefix-based-pd-decider  disaggregate iff nonCachedTokens > 0, prompt ≥ promptTokens (when
  *                            > 0), prompt ≥ nonCachedTokens, and prompt − cached tokens on the
  *                            decode target ≥ nonCachedTokens.
@@ -23,7 +20,6 @@ import type {
   ProfileView,
   TypedName,
 } from "../../types.ts";
-import { isDecider } from "../../types.ts";
 import type { PrefixMatchInfo } from "../data.ts";
 import { prefixKey } from "../data.ts";
 import { flatPrompt } from "../prefix/hashing.ts";
@@ -44,53 +40,6 @@ export class SingleProfileHandler implements ProfileHandler {
 
   primaryProfile(): string {
     return this.#profile;
-  }
-}
-
-export const disaggParams = z.strictObject({
-  profiles: z
-    .strictObject({
-      decode: z.string().min(1).default("decode"),
-      prefill: z.string().min(1).default("prefill"),
-      encode: z.string().min(1).default("encode"),
-    })
-    .default({ decode: "decode", prefill: "prefill", encode: "encode" }),
-  deciders: z
-    .strictObject({ prefill: z.string().min(1).optional(), encode: z.string().min(1).optional() })
-    .default({}),
-});
-export type DisaggParams = z.output<typeof disaggParams>;
-
-export class DisaggProfileHandler implements ProfileHandler {
-  readonly typedName: TypedName;
-
-  constructor(
-    name: string,
-    readonly params: DisaggParams,
-    readonly handle: PluginHandle,
-  ) {
-    this.typedName = { type: "disagg-profile-handler", name };
-  }
-
-  pickProfiles(cycle: CycleState): string[] {
-    const { decode, prefill } = this.params.profiles;
-    const done = cycle.profileResults;
-    if (!done.has(decode)) return [decode];
-    const target = done.get(decode)?.target;
-    const deciderName = this.params.deciders.prefill;
-    if (done.has(prefill) || !target || deciderName === undefined) return [];
-    return this.decider(deciderName).decide(cycle, target) ? [prefill] : [];
-  }
-
-  primaryProfile(): string {
-    return this.params.profiles.decode;
-  }
-
-  decider(name: string): Decider {
-    const d = this.handle.plugin(name);
-    if (d === undefined || !isDecider(d))
-      throw new Error(`disagg-profile-handler: "${name}" is not a decider`);
-    return d;
   }
 }
 
@@ -146,16 +95,6 @@ export const singleProfileHandlerSpec = spec({
   summary: "Runs the single scheduling profile.",
   params: z.strictObject({}),
   factory: (name) => new SingleProfileHandler(name),
-});
-
-export const disaggProfileHandlerSpec = spec({
-  type: "disagg-profile-handler",
-  stability: "alpha",
-  kind: "profile-handler",
-  summary: "Minimal P/D: decode profile (primary), then prefill profile when the prefill decider approves.",
-  params: disaggParams,
-  unsupportedParams: { stageOrder: "kvgate always runs decode first, then prefill" },
-  factory: (name, p, handle) => new DisaggProfileHandler(name, p, handle),
 });
 
 export const prefixPdDeciderSpec = spec({
