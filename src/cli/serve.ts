@@ -219,8 +219,15 @@ export function registerServe(program: Command): Command {
                 ? "sim (default: no --tokenizer given; for real vLLM pass --tokenizer <dir of the model's tokenizer.json>)"
                 : g.tokenizerName
             }`;
+      const handler = g.routing.scheduler.plugins.get(g.routing.scheduler.config.profileHandler);
+      const pd =
+        handler?.typedName.type !== "disagg-profile-handler"
+          ? ""
+          : flags.pdLegs === "sidecar"
+            ? ", P/D: the prefiller goes to the decode pods' sidecars in x-prefiller-host-port"
+            : `, P/D: kvgate runs the prefill and decode legs (a failed prefill: ${flags.prefillFailurePolicy === "fail" ? "returned to the client" : "prefilled on the decoder, x-kvgate-pd: fallback-<reason>"})`;
       console.log(
-        `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}`,
+        `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}${pd}`,
       );
     });
 }
