@@ -3,15 +3,19 @@
  * (and never reaches vLLM), its values read as llm-d's sidecar reads them; SSRF protection refuses
  * a prefiller outside the allowlist (host and port) with an OpenAI 403; without the header every
  * request goes straight to vLLM, its errors verbatim; a dead prefiller is a counted local prefill on
- * the sidecar's /metrics; llm-d's flags for what kvgate lacks are refused with what to do.
+ * the sidecar's /metrics; --inference-pool's allowlist follows the pool's pods (fake API server);
+ * llm-d's flags for what kvgate lacks are refused with what to do.
  */
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { request } from "undici";
+import { startKubernetesDiscovery } from "../src/cli/epp-kubernetes.ts";
 import { checkSidecarFlags } from "../src/cli/pd-sidecar.ts";
 import { EndpointSource } from "../src/datalayer/endpoints.ts";
 import { type PdSidecarOptions, startPdSidecar } from "../src/gateway/pd/sidecar.ts";
-import type { FakeServer } from "./helpers/gateway-fakes.ts";
+import { crdPath, FakeKubeApi, podsPath } from "./helpers/fake-kube-api.ts";
+import { type FakeServer, startFake, waitFor } from "./helpers/gateway-fakes.ts";
+import { NS, pod, poolV1 } from "./helpers/kube-fixtures.ts";
 import {
   decodeOk,
   fakeReplica,
@@ -251,4 +255,41 @@ test("the local vLLM failing the KV load (500): asked again without the params; 
   );
   assert.deepEqual([f.status, f.text], [500, '{"error":{"message":"NIXL_ERR_BACKEND"}}']);
   assert.equal(generations(b.vllm).length, 1);
+});
+
+test("--inference-pool: the allowlist is the pool's Ready pods × target ports, and follows the pods", async (t) => {
+  const api = await FakeKubeApi.start();
+  t.after(() => api.close());
+  const p = await startFake({ "POST /v1/completions": prefillOk }, 0, "127.0.0.2");
+  t.after(() => p.close());
+  api.apply(
+    crdPath("inference.networking.k8s.io", "v1", NS, "inferencepools"),
+    poolV1("pd", { app: "vllm" }, [p.port]),
+  );
+  api.apply(podsPath(NS), pod("prefill-0", { ip: "127.0.0.2" }));
+  const k8s = await startKubernetesDiscovery({
+    poolName: "pd",
+    poolNamespace: NS,
+    poolGroup: "inference.networking.k8s.io",
+    leaderElection: false,
+    kubeconfig: api.kubeConfig(),
+    log: () => {},
+  });
+  t.after(() => k8s.close());
+  const { sc, vllm } = await setup(t, { allowlist: k8s.source });
+  await waitFor(() => k8s.source.current().length === 1, "the pool synced");
+  const ask = (target: string) =>
+    call(sc.url, "/v1/completions", { model: "m", prompt: "x" }, { "x-prefiller-host-port": target });
+  assert.equal((await ask(p.id)).status, 200);
+  assert.equal(generations(p).length, 1, "the pool's pod on its target port is used");
+  assert.equal(
+    (await ask(`127.0.0.2:${p.port === 65535 ? 1 : p.port + 1}`)).status,
+    403,
+    "another port of the pod",
+  );
+  api.remove(podsPath(NS), "prefill-0");
+  await waitFor(() => k8s.source.current().length === 0, "the pod left the pool");
+  assert.equal((await ask(p.id)).status, 403, "a pod that left is no longer allowed");
+  assert.equal(generations(p).length, 1);
+  assert.equal(generations(vllm).length, 1);
 });
