@@ -24,6 +24,13 @@ import {
   waitFor as waitUntil,
 } from "./helpers/replica.ts";
 
+/**
+ * The producers' lease in these tests: 3000 s, 30 s of wall time at the replicas' 100x, so that on a
+ * loaded machine the blocks outlive the gap between the legs (the default 30 s is 300 ms of wall
+ * time). The lease test sets its own.
+ */
+const LONG_LEASE = { kv_lease_duration: 3000 };
+
 const PD = readFileSync(new URL("../config/examples/pd.yaml", import.meta.url), "utf8");
 
 /** pd.yaml with an aggregated fallback profile: with the prefill pool gone, requests still run. */
@@ -54,7 +61,9 @@ async function fleet(
     gateway?: Partial<GatewayOptions>;
   } = {},
 ): Promise<Fleet> {
-  const p = await (o.prefiller ?? (() => startPdReplica("kv_producer", o.prefillerExtra)))();
+  const p = await (
+    o.prefiller ?? (() => startPdReplica("kv_producer", { ...LONG_LEASE, ...o.prefillerExtra }))
+  )();
   t.after(() => p.close());
   const d = await startPdReplica("kv_consumer", o.decoderExtra);
   t.after(() => d.close());
@@ -198,7 +207,11 @@ test("a client-sent x-prefiller-host-port is never used, whether or not P/D runs
 });
 
 test("lease expiry frees the prefiller's blocks when no decoder comes for them", async (t) => {
-  const f = await fleet(t, { gateway: { scrapeIntervalMs: 60_000 } });
+  // vLLM's default lease; no scrape after the first, so the gateway still thinks the decoder is up
+  const f = await fleet(t, {
+    prefillerExtra: { kv_lease_duration: 30 },
+    gateway: { scrapeIntervalMs: 60_000 },
+  });
   await f.d.close(); // the decoder dies between the legs; the gateway still thinks it is up
   const r = await complete(f, LONG_PROMPT);
   assert.equal(r.status, 503, r.text);

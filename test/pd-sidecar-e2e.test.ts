@@ -25,6 +25,13 @@ import {
   waitFor,
 } from "./helpers/replica.ts";
 
+/**
+ * The producers' lease in these tests: 3000 s, 30 s of wall time at the replicas' 100x, so that on a
+ * loaded machine the blocks outlive the gap between the legs (the default 30 s is 300 ms of wall
+ * time). The lease test sets its own.
+ */
+const LONG_LEASE = { kv_lease_duration: 3000 };
+
 interface Pod {
   p: TestReplica;
   d: TestReplica;
@@ -45,7 +52,9 @@ async function pod(
     sidecar?: Partial<PdSidecarOptions>;
   } = {},
 ): Promise<Pod> {
-  const p = await (o.prefiller ?? (() => startPdReplica("kv_producer", o.prefillerExtra)))();
+  const p = await (
+    o.prefiller ?? (() => startPdReplica("kv_producer", { ...LONG_LEASE, ...o.prefillerExtra }))
+  )();
   t.after(() => p.close());
   const d = await startPdReplica("kv_consumer");
   t.after(() => d.close());
@@ -120,7 +129,7 @@ async function spawnSidecar(t: TestContext, args: string[]): Promise<{ url: stri
 }
 
 test("kvgate pd-sidecar (the command): the EPP's prefiller prefills, the local decoder pulls the KV and decodes; no header, no P/D", async (t) => {
-  const p = await startPdReplica("kv_producer");
+  const p = await startPdReplica("kv_producer", LONG_LEASE);
   t.after(() => p.close());
   const d = await startPdReplica("kv_consumer");
   t.after(() => d.close());
@@ -231,7 +240,7 @@ test("SSRF protection: a client-sent prefiller outside the pool (the pool's host
 });
 
 test("lease expiry frees the prefiller's blocks when the decoder is gone after the prefill", async (t) => {
-  const f = await pod(t);
+  const f = await pod(t, { prefillerExtra: { kv_lease_duration: 30 } }); // vLLM's default lease
   await f.d.close();
   const r = await complete(f.url, f.model, LONG_PROMPT, f.prefiller);
   assert.equal(r.status, 502, r.text);
