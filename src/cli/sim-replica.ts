@@ -9,7 +9,7 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { DEFAULT_PROFILE, listProfiles } from "../sim/profiles.ts";
 import type { ReplicaSettings } from "../sim/replica-options.ts";
 import type { ReplicaServer } from "../sim/replica-server.ts";
-import { integer } from "./flag-values.ts";
+import { integer, port } from "./flag-values.ts";
 import { addVllmCompatFlags, compatNote, expandShortForms } from "./vllm-flags.ts";
 
 const number = (v: string): number => {
@@ -35,6 +35,13 @@ interface Flags {
   schedulingPolicy?: "fcfs" | "priority";
   kvEventsConfig?: string;
   kvEventsFormat?: "array" | "map";
+  kvTransferConfig?: string;
+  nixlSideChannelHost?: string;
+  nixlSideChannelPort?: number;
+  kvTransport?: "rdma" | "tcp";
+  kvTransferBandwidth?: number;
+  kvTransferOverhead?: number;
+  kvTransferHandshake?: number;
   dataParallelRank?: number;
   seed?: number;
   hashSeed?: string;
@@ -108,6 +115,31 @@ export function registerSimReplica(program: Command): Command {
         .default("map"),
     )
     .option(
+      "--kv-transfer-config <json>",
+      'P/D as vLLM\'s NixlConnector, e.g. \'{"kv_connector":"NixlConnector","kv_role":"kv_producer"}\' (kv_consumer on the decoder)',
+    )
+    .option(
+      "--nixl-side-channel-host <host>",
+      "NIXL side-channel host, bound and advertised as remote_host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else localhost)",
+    )
+    .option(
+      "--nixl-side-channel-port <port>",
+      "NIXL side-channel base port, plus the DP rank (default: $VLLM_NIXL_SIDE_CHANNEL_PORT, else 5600; 0 = any free port)",
+      port,
+    )
+    .addOption(
+      new Option("--kv-transport <kind>", "modelled KV link: rdma (8 GB/s) or tcp (TCP fallback, 0.5 GB/s)")
+        .choices(["rdma", "tcp"])
+        .default("rdma"),
+    )
+    .option("--kv-transfer-bandwidth <GB/s>", "KV-transfer bandwidth, overriding --kv-transport's", number)
+    .option("--kv-transfer-overhead <ms>", "fixed cost of posting one KV transfer (default 5 ms)", number)
+    .option(
+      "--kv-transfer-handshake <seconds>",
+      "one-time cost of a decoder's first contact with a prefiller (default 5 s)",
+      number,
+    )
+    .option(
       "--data-parallel-rank <rank>",
       "DP rank: engine label, event batches and endpoint port offset",
       integer,
@@ -161,6 +193,15 @@ export function registerSimReplica(program: Command): Command {
       schedulingPolicy: flags.schedulingPolicy,
       kvEventsConfig: flags.kvEventsConfig ?? null,
       kvEventsFormat: flags.kvEventsFormat,
+      kvTransferConfig: flags.kvTransferConfig ?? null,
+      ...(flags.nixlSideChannelHost !== undefined && { nixlSideChannelHost: flags.nixlSideChannelHost }),
+      ...(flags.nixlSideChannelPort !== undefined && { nixlSideChannelPort: flags.nixlSideChannelPort }),
+      kvTransport: flags.kvTransport,
+      kvLink: {
+        ...(flags.kvTransferBandwidth !== undefined && { bandwidth: flags.kvTransferBandwidth * 1e9 }),
+        ...(flags.kvTransferOverhead !== undefined && { overhead: flags.kvTransferOverhead / 1000 }),
+        ...(flags.kvTransferHandshake !== undefined && { handshake: flags.kvTransferHandshake }),
+      },
       dataParallelRank: flags.dataParallelRank,
       seed: flags.seed,
       hashSeed: flags.hashSeed,

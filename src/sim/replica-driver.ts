@@ -8,7 +8,13 @@
  * computed, and how late each delivery was (in simulated seconds) is recorded as lag.
  */
 import type { Engine } from "../engine/engine.ts";
-import type { EngineRequest, FinishReason, RequestRecord, StepResult } from "../engine/types.ts";
+import type {
+  EngineRequest,
+  FinishReason,
+  RemoteKvNeed,
+  RequestRecord,
+  StepResult,
+} from "../engine/types.ts";
 
 /** One delivery to a request: the tokens one step produced for it. */
 export interface DriverOutput {
@@ -48,6 +54,8 @@ export interface DriverOptions {
   onStep?: (step: StepResult, lag: number) => void;
   /** Called when a request finishes or is aborted; `receivedAt` is when the server got it (sim s). */
   onFinish?: (record: RequestRecord, receivedAt: number) => void;
+  /** P/D consumer: a step parked requests to wait for remote KV, at engine time `time` (its start). */
+  onRemoteKvNeeded?: (needs: RemoteKvNeed[], time: number) => void;
   /** Diagnostics (e.g. a stalled engine). */
   log?: (line: string) => void;
 }
@@ -178,6 +186,36 @@ export class ReplicaDriver {
     }
   }
 
+  /**
+   * Runs `fn` on the engine at the engine's current time — an event from outside a step (a KV
+   * transfer ended, held blocks were freed, a lease ran out) — then resumes stepping in case that
+   * gave the engine work or blocks.
+   */
+  act<T>(fn: (engine: Engine, now: number) => T): T {
+    const v = fn(this.engine, this.engineNow());
+    if (!this.closed && !this.pending && !this.timer && this.engine.hasUnfinishedRequests()) {
+      this.stalled = false;
+      this.wakeAt = Math.max(this.wakeAt, this.engineNow());
+      this.schedulePump();
+    }
+    return v;
+  }
+
+  /** Delivers the final record of a request the engine ended outside a step (a failed KV load). */
+  finishOutside(record: RequestRecord): void {
+    const entry = this.entries.get(record.id);
+    if (!entry) return;
+    this.entries.delete(record.id);
+    safe(() => this.opts.onFinish?.(record, entry.receivedAt), this.opts.log);
+    const out: DriverOutput = {
+      newTokenIds: [],
+      finishReason: record.finishReason,
+      record,
+      time: record.finishTime ?? this.engineNow(),
+    };
+    safe(() => entry.sink.onOutput(out), this.opts.log);
+  }
+
   private schedulePump(): void {
     if (this.immediate || this.closed) return;
     this.immediate = setImmediate(this.pump);
@@ -213,12 +251,16 @@ export class ReplicaDriver {
       const start = Math.max(this.lastEnd, this.wakeAt);
       this.wakeAt = 0;
       const step = this.engine.step(start);
+      const needs = step.remoteKvNeeded;
+      if (needs) safe(() => this.opts.onRemoteKvNeeded?.(needs, step.startTime), this.opts.log);
       if (step.numScheduledRequests === 0 && step.outputs.length === 0 && !(step.endTime > step.startTime)) {
-        // Nothing can run (e.g. no free blocks and nothing to preempt): wait for an arrival or abort.
+        // Nothing can run (no free blocks and nothing to preempt, or only requests waiting for
+        // remote KV): wait for an arrival, an abort or a KV transfer.
         this.stalled = true;
         this.lastEnd = Math.max(this.lastEnd, step.endTime);
         if (step.kvEvents) safe(() => this.opts.onStep?.(step, 0), this.opts.log);
-        this.opts.log?.(`sim-replica: engine made no progress at t=${start.toFixed(3)}s; waiting`);
+        if (this.engine.stats().numRequestsWaiting > this.engine.waitingForRemoteKv().length)
+          this.opts.log?.(`sim-replica: engine made no progress at t=${start.toFixed(3)}s; waiting`);
         return;
       }
       this.pending = step;

@@ -1,12 +1,17 @@
 /**
  * /v1/completions and /v1/chat/completions of the simulated replica: tokenizes the prompt(s), hands one
  * engine request per (prompt, n) choice to the driver, and answers in vLLM's JSON or SSE shapes
- * (replica-responses.ts): one chunk per engine step per choice.
+ * (replica-responses.ts): one chunk per engine step per choice. With a NixlConnector, the first
+ * choice honours kv_transfer_params (nixl-connector.ts): do_remote_decode on a producer returns the
+ * prefiller's kv_transfer_params, do_remote_prefill on a consumer pulls the prompt's KV; a failed
+ * pull under kv_load_failure_policy "fail" is answered 500, as vLLM does for FinishReason.ERROR.
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { EngineInputError } from "../engine/engine.ts";
 import type { Faults } from "./faults.ts";
+import { isProducer } from "./kv-transfer-config.ts";
+import type { NixlConnector } from "./nixl-connector.ts";
 import type { DriverOutput, ReplicaDriver } from "./replica-driver.ts";
 import type { ReplicaOptions } from "./replica-options.ts";
 import {
@@ -34,7 +39,17 @@ export interface GenerateContext {
   resolveModel(name: string | undefined): string;
   /** A fresh engine request id. */
   nextEngineId(): string;
+  /** The P/D connector when --kv-transfer-config set one. */
+  nixl: NixlConnector | null;
 }
+
+/** vLLM's answer to a request that ended with FinishReason.ERROR (a failed KV load). */
+const KV_LOAD_FAILED = new ApiError(
+  500,
+  'Internal server error: the KV cache could not be loaded from the prefiller (kv_load_failure_policy "fail"); retry the request, or set kv_load_failure_policy "recompute" to prefill locally',
+  null,
+  "InternalServerError",
+);
 
 function tokenizePrompts(ctx: GenerateContext, p: CompletionParams | ChatParams): PromptInfo[] {
   const tok = ctx.opts.tokenizer;
@@ -122,6 +137,10 @@ export function handleGeneration(
   const stream = p.stream ? new SseWriter(res, p, id, created, model) : null;
 
   const deliver = (c: Choice, out: DriverOutput) => {
+    if (out.finishReason === "error") {
+      onError(KV_LOAD_FAILED);
+      return;
+    }
     c.tokenIds.push(...out.newTokenIds);
     const final = out.finishReason !== null;
     const delta = c.text.push(out.newTokenIds, final);
@@ -146,7 +165,11 @@ export function handleGeneration(
     }
     if (finished === choices.length) {
       const usage = usageOf(choices, prompts);
-      const body = stream ? null : finalResponse(p, id, created, model, choices, prompts, usage, tok);
+      const rec = choices[0]?.record;
+      const kvParams = ctx.nixl && rec ? ctx.nixl.transferParams(rec) : null;
+      const body = stream
+        ? null
+        : finalResponse(p, id, created, model, choices, prompts, usage, tok, kvParams);
       done = true;
       if (stream) stream.finish(usage);
       else sendJson(res, 200, body);
@@ -175,10 +198,17 @@ export function handleGeneration(
     else sendError(res, api);
   };
 
+  const nixl = ctx.nixl;
+  const kvp = p.kvTransferParams;
+  const remoteDecode = nixl !== null && isProducer(nixl.config) && kvp?.["do_remote_decode"] === true;
+  let prepared: string | null = null;
   try {
     for (const c of choices) {
       const pr = prompts[c.promptIndex]!;
       const maxTokens = maxTokensOf[c.promptIndex]!;
+      const first = c.index === 0;
+      const remotePrefill = first && nixl?.prepare(c.engineId, kvp) === true;
+      if (remotePrefill) prepared = c.engineId;
       c.handle = ctx.driver.submit(
         {
           id: c.engineId,
@@ -188,6 +218,8 @@ export function handleGeneration(
           ...(p.cacheSalt !== undefined && { cacheSalt: p.cacheSalt }),
           priority: p.priority,
           ...(p.seed !== undefined && { seed: p.seed + (c.index % p.n) }),
+          ...(first && remoteDecode && { remoteDecode: true }),
+          ...(remotePrefill && { remotePrefill: true }),
         },
         { onOutput: (out) => onOutput(c, out), onError },
         { delay: ctx.faults.extraLatency },
@@ -196,6 +228,7 @@ export function handleGeneration(
   } catch (err) {
     done = true;
     cancelAll();
+    if (prepared !== null) nixl?.forget(prepared);
     if (err instanceof EngineInputError) throw new ApiError(400, err.message);
     throw err;
   }

@@ -9,6 +9,13 @@ import type { Tokenizer } from "../engine/tokenizer.ts";
 import type { EngineConfig } from "../engine/types.ts";
 import { checkFaultOptions, type FaultOptions, NO_FAULTS } from "./faults.ts";
 import { type KvEventsConfig, parseKvEventsConfig } from "./kv-events-config.ts";
+import {
+  KV_LINK_PRESETS,
+  type KvLink,
+  type KvTransferConfig,
+  parseKvTransferConfig,
+  sideChannelAddress,
+} from "./kv-transfer-config.ts";
 import { DEFAULT_PROFILE, loadProfile } from "./profiles.ts";
 
 /** A bad setting; `flag` is the CLI flag it maps to (e.g. "--max-model-len"). */
@@ -51,6 +58,16 @@ export interface ReplicaSettings {
   /** Parsed config or the JSON text of --kv-events-config. */
   kvEventsConfig?: KvEventsConfig | string | null;
   kvEventsFormat?: "array" | "map";
+  /** Parsed config or the JSON text of --kv-transfer-config (P/D with NixlConnector). */
+  kvTransferConfig?: KvTransferConfig | string | null;
+  /** The advertised and bound side-channel host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else localhost). */
+  nixlSideChannelHost?: string;
+  /** Side-channel base port (default: $VLLM_NIXL_SIDE_CHANNEL_PORT, else 5600), plus the DP rank; 0 = any free port. */
+  nixlSideChannelPort?: number;
+  /** Link preset: rdma (default) or tcp (fallback without RDMA). */
+  kvTransport?: "rdma" | "tcp";
+  /** Overrides of the preset: bandwidth in bytes/s, overhead and handshake in seconds. */
+  kvLink?: Partial<KvLink>;
   dataParallelRank?: number;
   legacyMetricNames?: boolean;
   faults?: Partial<FaultOptions>;
@@ -83,6 +100,10 @@ export interface ReplicaOptions {
   tokenizer: Tokenizer;
   kvEventsConfig: KvEventsConfig | null;
   kvEventsFormat: "array" | "map";
+  kvTransferConfig: KvTransferConfig | null;
+  /** Where the NIXL side channel listens and what kv_transfer_params advertise. */
+  sideChannel: { host: string; port: number };
+  kvLink: KvLink;
   dataParallelRank: number;
   legacyMetricNames: boolean;
   faults: FaultOptions;
@@ -175,6 +196,40 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
   } else if (s.kvEventsConfig) {
     kvEventsConfig = s.kvEventsConfig;
   }
+  let kvTransferConfig: KvTransferConfig | null = null;
+  let sideChannel = { host: "localhost", port: 5600 };
+  try {
+    kvTransferConfig =
+      typeof s.kvTransferConfig === "string"
+        ? parseKvTransferConfig(s.kvTransferConfig)
+        : (s.kvTransferConfig ?? null);
+    sideChannel = sideChannelAddress(process.env, dataParallelRank, {
+      ...(s.nixlSideChannelHost !== undefined && { host: s.nixlSideChannelHost }),
+      ...(s.nixlSideChannelPort !== undefined && { port: s.nixlSideChannelPort }),
+    });
+  } catch (err) {
+    throw new ReplicaOptionError("--kv-transfer-config", (err as Error).message);
+  }
+  if (!Number.isInteger(sideChannel.port) || sideChannel.port < 0 || sideChannel.port > 65535)
+    throw new ReplicaOptionError(
+      "--nixl-side-channel-port",
+      `must be a port in [0, 65535], got ${sideChannel.port}`,
+    );
+  const transport = s.kvTransport ?? "rdma";
+  if (transport !== "rdma" && transport !== "tcp")
+    throw new ReplicaOptionError("--kv-transport", `must be rdma or tcp, got ${transport}`);
+  const kvLink: KvLink = { ...KV_LINK_PRESETS[transport], ...s.kvLink };
+  if (!(kvLink.bandwidth > 0 && Number.isFinite(kvLink.bandwidth)))
+    throw new ReplicaOptionError(
+      "--kv-transfer-bandwidth",
+      `must be a number > 0 (GB/s), got ${kvLink.bandwidth}`,
+    );
+  for (const [flag, v] of [
+    ["--kv-transfer-overhead", kvLink.overhead],
+    ["--kv-transfer-handshake", kvLink.handshake],
+  ] as const)
+    if (!(v >= 0 && Number.isFinite(v))) throw new ReplicaOptionError(flag, `must be a number ≥ 0, got ${v}`);
+
   const schedulingPolicy = s.schedulingPolicy ?? "fcfs";
   if (schedulingPolicy !== "fcfs" && schedulingPolicy !== "priority")
     throw new ReplicaOptionError("--scheduling-policy", `must be fcfs or priority, got ${schedulingPolicy}`);
@@ -224,6 +279,9 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     tokenizer,
     kvEventsConfig,
     kvEventsFormat,
+    kvTransferConfig,
+    sideChannel,
+    kvLink,
     dataParallelRank,
     legacyMetricNames: s.legacyMetricNames ?? false,
     faults,
@@ -252,5 +310,9 @@ export function engineConfigOf(o: ReplicaOptions): EngineConfig {
     schedulingPolicy: o.schedulingPolicy,
     vocabSize: o.tokenizer.vocabSize,
     eosTokenId: o.tokenizer.eosTokenId,
+    ...(o.kvTransferConfig && {
+      kvLoadFailurePolicy: o.kvTransferConfig.kvLoadFailurePolicy,
+      kvLeaseDuration: o.kvTransferConfig.kvLeaseDuration,
+    }),
   };
 }

@@ -93,6 +93,8 @@ export interface GenerationParams {
   continuousUsage: boolean;
   returnTokenIds: boolean;
   addSpecialTokens: boolean;
+  /** vLLM's kv_transfer_params (P/D), passed through as given; unknown keys kept. */
+  kvTransferParams: Body | undefined;
 }
 
 export type PromptInput = { text: string } | { tokenIds: number[] };
@@ -142,8 +144,9 @@ function generationParams(b: Body, kind: "completion" | "chat"): GenerationParam
     throw bad("stop", "must be a string or a list of strings");
   if (b["stop_token_ids"] != null && !isTokenList(b["stop_token_ids"]))
     throw bad("stop_token_ids", "must be a list of integers");
-  opt(b, "kv_transfer_params", isObj, "an object");
+  const kvTransferParams = opt(b, "kv_transfer_params", isObj, "an object");
   return {
+    kvTransferParams,
     model: opt(b, "model", isStr, "a string"),
     maxTokens,
     n,

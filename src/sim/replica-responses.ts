@@ -99,6 +99,7 @@ export function finalResponse(
   prompts: PromptInfo[],
   usage: Usage,
   tok: Tokenizer,
+  kvTransferParams: Record<string, unknown> | null = null,
 ): unknown {
   const tokenIds = (c: Choice) => (p.returnTokenIds ? { token_ids: c.tokenIds } : {});
   if (p.kind === "chat") {
@@ -129,7 +130,7 @@ export function finalResponse(
       usage,
       prompt_logprobs: null,
       prompt_token_ids: p.returnTokenIds ? prompts[0]!.tokenIds : null,
-      kv_transfer_params: null,
+      kv_transfer_params: kvTransferParams,
     };
   }
   return {
@@ -153,7 +154,7 @@ export function finalResponse(
     service_tier: null,
     system_fingerprint: null,
     usage,
-    kv_transfer_params: null,
+    kv_transfer_params: kvTransferParams,
   };
 }
 

@@ -2,15 +2,19 @@
  * The simulated vLLM replica's HTTP server (node:http): vLLM's OpenAI-compatible surface
  * (vllm/entrypoints/openai/api_server.py) over one scaled-real-time Engine, with /metrics in vLLM's names, KV
  * events
- * over ZMQ when --kv-events-config enables them, and fault injection. Every handler is wrapped: bad
+ * over ZMQ when --kv-events-config enables them, P/D as vLLM's NixlConnector when
+ * --kv-transfer-config sets one (nixl-connector.ts), and fault injection. Every handler is wrapped: bad
  * input is answered with vLLM-style error JSON and never takes the process down.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Engine } from "../engine/engine.ts";
+import { kvBytesPerToken } from "../engine/profile.ts";
 import { Faults, GARBLED_METRICS } from "./faults.ts";
 import { publishesEvents } from "./kv-events-config.ts";
 import { ZmqEventPublisher } from "./kv-publisher.ts";
+import { NixlConnector } from "./nixl-connector.ts";
+import { NixlMetrics } from "./nixl-metrics.ts";
 import { ReplicaDriver } from "./replica-driver.ts";
 import { type GenerateContext, handleGeneration } from "./replica-generate.ts";
 import {
@@ -45,6 +49,8 @@ export class ReplicaServer {
   readonly faults: Faults;
   /** KV-event publisher when --kv-events-config enables ZMQ publishing. */
   readonly publisher: ZmqEventPublisher | null;
+  /** The P/D connector when --kv-transfer-config sets one. */
+  readonly nixl: NixlConnector | null;
   private readonly server: Server;
   private readonly sockets = new Set<Socket>();
   private readonly routes: Record<string, Record<string, Route>>;
@@ -72,7 +78,11 @@ export class ReplicaServer {
           });
         }
       },
-      onFinish: (record, receivedAt) => this.metrics.observeFinished(record, receivedAt),
+      onFinish: (record, receivedAt) => {
+        this.metrics.observeFinished(record, receivedAt);
+        this.nixl?.onFinished(record);
+      },
+      onRemoteKvNeeded: (needs) => this.nixl?.onRemoteKvNeeded(needs),
     });
     this.metrics = new VllmMetrics({
       modelName: opts.servedModelNames[0]!,
@@ -93,7 +103,25 @@ export class ReplicaServer {
         sliding_window: "None",
       },
     });
+    const kt = opts.kvTransferConfig;
+    this.nixl = kt
+      ? new NixlConnector({
+          config: kt,
+          driver: this.driver,
+          metrics: new NixlMetrics(this.metrics.registry, {
+            model_name: opts.servedModelNames[0]!,
+            engine: String(opts.dataParallelRank),
+          }),
+          link: opts.kvLink,
+          kvBytesPerToken: kvBytesPerToken(opts.profile.model),
+          blockSize: opts.blockSize,
+          tpSize: opts.profile.hardware.tensorParallel,
+          sideChannel: opts.sideChannel,
+          log: opts.log,
+        })
+      : null;
     this.generateCtx = {
+      nixl: this.nixl,
       opts,
       driver: this.driver,
       faults: this.faults,
@@ -147,6 +175,7 @@ export class ReplicaServer {
       throw err;
     }
     try {
+      await replica.nixl?.start();
       await new Promise<void>((resolve, reject) => {
         replica.server.once("error", reject);
         replica.server.listen(opts.port, opts.host, () => {
@@ -156,6 +185,7 @@ export class ReplicaServer {
       });
     } catch (err) {
       await publisher?.close();
+      await replica.nixl?.close();
       replica.driver.close();
       throw err;
     }
@@ -176,7 +206,9 @@ export class ReplicaServer {
   /** One line describing the replica, printed by the CLI at startup. */
   describe(): string {
     const o = this.opts;
-    const kv = this.publisher ? ` kv_events=${this.publisher.endpoint} (${o.kvEventsFormat})` : "";
+    const kv =
+      (this.publisher ? ` kv_events=${this.publisher.endpoint} (${o.kvEventsFormat})` : "") +
+      (this.nixl?.describe() ?? "");
     return (
       `kvgate sim-replica listening on ${this.url} model=${o.servedModelNames[0]} profile=${o.profile.name} ` +
       `blocks=${o.numGpuBlocks} block_size=${o.blockSize} max_model_len=${o.maxModelLen} ` +
@@ -310,6 +342,7 @@ export class ReplicaServer {
     this.server.close();
     for (const s of this.sockets) s.destroy();
     void this.publisher?.close();
+    void this.nixl?.close();
   }
 
   /** Stops listening, aborts requests in flight, cuts open connections and closes the publisher. */
@@ -320,6 +353,7 @@ export class ReplicaServer {
       for (const s of this.sockets) s.destroy();
       await closed;
       await this.publisher?.close();
+      await this.nixl?.close();
     })();
     return this.closing;
   }

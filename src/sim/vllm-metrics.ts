@@ -54,6 +54,9 @@ export interface VllmMetricsOptions {
 
 type Labels = { model_name: string; engine: string };
 
+/** The `source` label values of vllm:prompt_tokens_by_source_total. */
+const SOURCES = ["local_compute", "local_cache_hit", "external_kv_transfer"] as const;
+
 export class VllmMetrics {
   readonly registry = new Registry();
   private readonly labels: Labels;
@@ -82,6 +85,13 @@ export class VllmMetrics {
 
     gauge("vllm:num_requests_running", "Requests in the running batch.");
     gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled, preempted ones included.");
+    // Newer vLLM splits waiting requests: "deferred" = transient constraints (a KV transfer here).
+    this.g["vllm:num_requests_waiting_by_reason"] = new Gauge({
+      name: "vllm:num_requests_waiting_by_reason",
+      help: "Waiting requests by reason: capacity, or deferred (e.g. waiting for a remote KV transfer).",
+      labelNames: [...names, "reason"],
+      registers: reg,
+    });
     gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).");
     counter("vllm:prefix_cache_queries_total", "Tokens looked up in the prefix cache.");
     counter("vllm:prefix_cache_hits_total", "Tokens found in the prefix cache.");
@@ -92,6 +102,11 @@ export class VllmMetrics {
     }
     counter("vllm:num_preemptions_total", "Preemptions since start.");
     counter("vllm:prompt_tokens_total", "Prompt tokens computed (prefill).");
+    counter(
+      "vllm:prompt_tokens_by_source_total",
+      "Prompt tokens by where their KV came from: local_compute, local_cache_hit, external_kv_transfer.",
+      ["source"],
+    );
     counter("vllm:generation_tokens_total", "Tokens generated.");
     counter("vllm:request_success_total", "Finished requests by finish reason.", ["finished_reason"]);
 
@@ -136,12 +151,19 @@ export class VllmMetrics {
     hist("kvgate:sim_delivery_lag_seconds", "Step-delivery lag, simulated seconds.", LAG_BUCKETS);
 
     // Label sets vLLM shows from the start.
-    for (const r of ["stop", "length", "abort"])
+    for (const r of ["stop", "length", "abort", "error"])
       this.c["vllm:request_success_total"]!.inc({ ...this.labels, finished_reason: r }, 0);
+    for (const src of SOURCES)
+      this.c["vllm:prompt_tokens_by_source_total"]!.inc({ ...this.labels, source: src }, 0);
     for (const name of Object.keys(this.c))
-      if (name !== "vllm:request_success_total") this.c[name]!.inc(this.labels, 0);
+      if (name !== "vllm:request_success_total" && name !== "vllm:prompt_tokens_by_source_total")
+        this.c[name]!.inc(this.labels, 0);
     for (const h of Object.values(this.h)) h.zero(this.labels);
-    for (const g of Object.values(this.g)) if (g !== this.g["kvgate:sim_time_scale"]) g.set(this.labels, 0);
+    for (const [name, g] of Object.entries(this.g))
+      if (name !== "kvgate:sim_time_scale" && name !== "vllm:num_requests_waiting_by_reason")
+        g.set(this.labels, 0);
+    for (const reason of ["capacity", "deferred"])
+      this.g["vllm:num_requests_waiting_by_reason"]!.set({ ...this.labels, reason }, 0);
   }
 
   /** Observes a step at its delivery. */
@@ -189,7 +211,7 @@ export class VllmMetrics {
   }
 
   private setCounter(name: string, value: number, labels: Record<string, string> = this.labels): void {
-    const key = `${name}|${labels["finished_reason"] ?? ""}`;
+    const key = `${name}|${labels["finished_reason"] ?? labels["source"] ?? ""}`;
     const prev = this.last.get(key) ?? 0;
     if (value > prev) this.c[name]!.inc(labels, value - prev);
     this.last.set(key, Math.max(prev, value));
@@ -201,6 +223,9 @@ export class VllmMetrics {
     const l = this.labels;
     this.g["vllm:num_requests_running"]!.set(l, s.numRequestsRunning);
     this.g["vllm:num_requests_waiting"]!.set(l, s.numRequestsWaiting);
+    const byReason = this.g["vllm:num_requests_waiting_by_reason"]!;
+    byReason.set({ ...l, reason: "capacity" }, s.numRequestsWaiting - s.numRequestsWaitingDeferred);
+    byReason.set({ ...l, reason: "deferred" }, s.numRequestsWaitingDeferred);
     this.g["vllm:kv_cache_usage_perc"]!.set(l, s.kvCacheUsage);
     this.setCounter("vllm:prefix_cache_queries_total", s.prefixCacheQueries);
     this.setCounter("vllm:prefix_cache_hits_total", s.prefixCacheHits);
@@ -211,6 +236,11 @@ export class VllmMetrics {
     }
     this.setCounter("vllm:num_preemptions_total", s.numPreemptions);
     this.setCounter("vllm:prompt_tokens_total", s.promptTokens);
+    for (const src of SOURCES)
+      this.setCounter("vllm:prompt_tokens_by_source_total", s.promptTokensBySource[src], {
+        ...l,
+        source: src,
+      });
     this.setCounter("vllm:generation_tokens_total", s.generationTokens);
     for (const [reason, count] of Object.entries(s.requestSuccess) as [FinishReason, number][]) {
       this.setCounter("vllm:request_success_total", count, { ...l, finished_reason: reason });
