@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { gauge, histogram } from "../src/datalayer/prom-text.ts";
 import { kvBytesPerToken } from "../src/engine/profile.ts";
 import { decode, ids, prefill, startPdReplica } from "./helpers/pd-replicas.ts";
-import { scrapeMetrics, waitFor } from "./helpers/replica.ts";
+import { parseSse, scrapeMetrics, waitFor } from "./helpers/replica.ts";
 
 test("a prefill on the producer and a decode on the consumer complete a P/D request end to end", async (t) => {
   const p = await startPdReplica("kv_producer");
@@ -87,4 +87,43 @@ test("a prefill on the producer and a decode on the consumer complete a P/D requ
   assert.equal(src(pm, "external_kv_transfer"), 0);
   assert.equal(histogram(pm, "vllm:nixl_xfer_time_seconds")?.count, 0, "transfers are recorded on D");
   assert.equal(gauge(pm, "vllm:nixl_num_kv_expired_reqs_total"), 0);
+});
+
+test("kv_both replicas: a streamed decode leg pulls the KV and streams its tokens", async (t) => {
+  const p = await startPdReplica("kv_both");
+  t.after(() => p.close());
+  const d = await startPdReplica("kv_both");
+  t.after(() => d.close());
+  const body = {
+    prompt: ids(200, 7000),
+    max_tokens: 5,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  const pre = await prefill(p, body);
+  assert.equal(pre.status, 200, pre.text);
+  const res = await fetch(`${d.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ ...body, kv_transfer_params: pre.body.kv_transfer_params }),
+  });
+  assert.equal(res.status, 200);
+  const events = parseSse(await res.text());
+  assert.equal(events.at(-1), "[DONE]");
+  const usage = events.at(-2).usage;
+  assert.equal(usage.completion_tokens, 5);
+  assert.equal(usage.prompt_tokens_details.cached_tokens, 199);
+  const text = events
+    .slice(0, -2)
+    .map((e) => e.choices[0].text)
+    .join("");
+  assert.ok(text.length > 0);
+  assert.equal(
+    gauge(await scrapeMetrics(d.url), "vllm:prompt_tokens_by_source_total", {
+      source: "external_kv_transfer",
+    }),
+    199,
+  );
+  await waitFor(() => p.server.engine.heldRequestIds().length === 0);
 });
