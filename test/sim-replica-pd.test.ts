@@ -127,3 +127,25 @@ test("kv_both replicas: a streamed decode leg pulls the KV and streams its token
   );
   await waitFor(() => p.server.engine.heldRequestIds().length === 0);
 });
+
+test("transfers to one decoder share its link: the second of two concurrent pulls waits for the first", async (t) => {
+  const p = await startPdReplica("kv_producer");
+  t.after(() => p.close());
+  // 0.01 GB/s: one pull of 320 tokens (~42 MB) takes ~4 simulated seconds on the wire.
+  const d = await startPdReplica("kv_consumer", {}, { kvLink: { bandwidth: 1e7 } });
+  t.after(() => d.close());
+  const bodies = [ids(320, 1000), ids(320, 50000)].map((prompt) => ({
+    prompt,
+    max_tokens: 2,
+    ignore_eos: true,
+  }));
+  const pres = await Promise.all(bodies.map((b) => prefill(p, b)));
+  // Both wait on the one first-contact handshake, then post together.
+  const decs = await Promise.all(bodies.map((b, i) => decode(d, b, pres[i]!.body.kv_transfer_params)));
+  for (const r of decs) assert.equal(r.status, 200, r.text);
+  const m = await scrapeMetrics(d.url);
+  const x = histogram(m, "vllm:nixl_xfer_time_seconds")!;
+  const one = 0.005 + histogram(m, "vllm:nixl_bytes_transferred")!.sum / 2 / 1e7;
+  assert.equal(x.count, 2);
+  assert.ok(x.sum > 2.5 * one, `queued: ${x.sum} s for two, ${one} s for one alone`);
+});

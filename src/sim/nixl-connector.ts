@@ -8,7 +8,8 @@
  * leases (vllm:nixl_num_kv_expired_reqs).
  * Consumer: a request with do_remote_prefill and all of remote_engine_id, remote_request_id,
  * remote_host, remote_port waits deferred while this side handshakes once per prefiller (the
- * modelled ~5 s), asks it for the blocks, waits the modelled transfer time, notifies it, and hands
+ * modelled ~5 s), asks it for the blocks, waits the modelled transfer time (transfers queue on the
+ * decoder's link), notifies it, and hands
  * the result to the engine; heartbeats renew the prefiller's lease meanwhile; an abort releases the
  * prefiller's blocks at once. A dead prefiller or an expired lease is a failed transfer
  * (vllm:nixl_num_failed_transfers) handled by kv_load_failure_policy.
@@ -59,6 +60,8 @@ export class NixlConnector {
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private readonly timers = new Set<NodeJS.Timeout>();
   private closed = false;
+  /** Simulated time this decoder's link is busy until: transfers share it one after another. */
+  private linkFreeAt = 0;
 
   constructor(private readonly o: NixlConnectorOptions) {
     this.config = o.config;
@@ -284,7 +287,7 @@ export class NixlConnector {
       if (r["status"] !== "ok")
         throw new Error(`the prefiller answered ${String(r["status"])} for ${pull.requestId}`);
       const bytes = need.blocks * this.o.blockSize * this.o.kvBytesPerToken;
-      const seconds = transferSeconds(this.o.link, bytes);
+      const seconds = this.occupyLink(bytes);
       await this.sleep(seconds);
       if (pull.settled) return;
       if (!pull.client.alive)
@@ -301,6 +304,18 @@ export class NixlConnector {
       this.o.metrics.failedTransfer();
       this.finish(id, false, (err as Error).message);
     }
+  }
+
+  /**
+   * Seconds from post to completion of a transfer of `bytes` posted now: the post overhead, then the
+   * wire time after the transfers already on this decoder's link (its NIC is the shared bottleneck;
+   * vLLM's nixl_xfer_time_seconds includes such queueing).
+   */
+  private occupyLink(bytes: number): number {
+    const now = this.o.driver.simNow();
+    const start = Math.max(now + this.o.link.overhead, this.linkFreeAt);
+    this.linkFreeAt = start + (transferSeconds(this.o.link, bytes) - this.o.link.overhead);
+    return this.linkFreeAt - now;
   }
 
   private finish(id: string, ok: boolean, why: string): void {
