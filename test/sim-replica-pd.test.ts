@@ -8,7 +8,7 @@ import { test } from "node:test";
 import { gauge, histogram } from "../src/datalayer/prom-text.ts";
 import { kvBytesPerToken } from "../src/engine/profile.ts";
 import { decode, ids, prefill, startPdReplica } from "./helpers/pd-replicas.ts";
-import { parseSse, scrapeMetrics, waitFor } from "./helpers/replica.ts";
+import { parseSse, postJson, scrapeMetrics, waitFor } from "./helpers/replica.ts";
 
 test("a prefill on the producer and a decode on the consumer complete a P/D request end to end", async (t) => {
   const p = await startPdReplica("kv_producer");
@@ -148,4 +148,34 @@ test("transfers to one decoder share its link: the second of two concurrent pull
   const one = 0.005 + histogram(m, "vllm:nixl_bytes_transferred")!.sum / 2 / 1e7;
   assert.equal(x.count, 2);
   assert.ok(x.sum > 2.5 * one, `queued: ${x.sum} s for two, ${one} s for one alone`);
+});
+
+test("chat completions carry kv_transfer_params on both legs as well", async (t) => {
+  const p = await startPdReplica("kv_producer");
+  t.after(() => p.close());
+  const d = await startPdReplica("kv_consumer");
+  t.after(() => d.close());
+  const messages = [{ role: "user", content: "Summarise this long document. ".repeat(40) }];
+  const pre = await postJson(`${p.url}/v1/chat/completions`, {
+    messages,
+    max_tokens: 1,
+    max_completion_tokens: 1,
+    min_tokens: 1,
+    stream: false,
+    kv_transfer_params: { do_remote_decode: true, do_remote_prefill: false },
+  });
+  assert.equal(pre.status, 200, pre.text);
+  const params = pre.body.kv_transfer_params;
+  assert.equal(params.do_remote_prefill, true);
+  const promptTokens = pre.body.usage.prompt_tokens;
+  assert.equal(params.remote_block_ids[0].length, Math.ceil(promptTokens / 16));
+  const dec = await postJson(`${d.url}/v1/chat/completions`, {
+    messages,
+    max_tokens: 4,
+    ignore_eos: true,
+    kv_transfer_params: params,
+  });
+  assert.equal(dec.status, 200, dec.text);
+  assert.equal(dec.body.usage.prompt_tokens_details.cached_tokens, promptTokens - 1);
+  assert.equal(dec.body.kv_transfer_params, null);
 });
