@@ -164,3 +164,21 @@ test("aborting a decode that waits for remote KV releases the prefiller's blocks
   assert.equal(d.server.engine.stats().kvCacheUsage, 0);
   assert.equal(gauge(await scrapeMetrics(p.url), "vllm:nixl_num_kv_expired_reqs_total"), 0);
 });
+
+test("a decode request rejected before admission frees the prefiller's blocks (vLLM PR #41269)", async (t) => {
+  const p = await startPdReplica("kv_producer");
+  t.after(() => p.close());
+  const d = await startPdReplica("kv_consumer");
+  t.after(() => d.close());
+  const body = { prompt: ids(128), max_tokens: 2 };
+  const pre = await prefill(p, body);
+  assert.equal(p.server.engine.heldRequestIds().length, 1);
+  const res = await decode(d, { ...body, model: "no-such-model" }, pre.body.kv_transfer_params);
+  assert.equal(res.status, 404, res.text);
+  await waitFor(() => p.server.engine.heldRequestIds().length === 0);
+  assert.equal(
+    gauge(await scrapeMetrics(p.url), "vllm:nixl_num_kv_expired_reqs_total"),
+    0,
+    "released, not expired",
+  );
+});

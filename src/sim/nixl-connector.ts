@@ -168,6 +168,10 @@ export class NixlConnector {
     this.consumer.forget(engineRequestId);
   }
 
+  rejectedBeforeAdmission(params: Record<string, unknown> | undefined): void {
+    this.consumer.rejectedBeforeAdmission(params);
+  }
+
   onRemoteKvNeeded(needs: RemoteKvNeed[]): void {
     this.consumer.onRemoteKvNeeded(needs);
   }

@@ -23,6 +23,42 @@ interface Pull {
   settled: boolean;
 }
 
+interface Remote {
+  engineId: string;
+  requestId: string;
+  host: string;
+  port: number;
+  blockIds: number[];
+}
+
+/**
+ * The producer's coordinates in kv_transfer_params, or null unless all of remote_engine_id,
+ * remote_request_id, remote_host and remote_port are there (vLLM update_state_after_alloc).
+ * remote_block_ids: one list per KV group (current vLLM) or a flat list (older); one group here.
+ */
+function remoteOf(params: Record<string, unknown>): Remote | null {
+  const {
+    remote_engine_id: engineId,
+    remote_request_id: requestId,
+    remote_host: host,
+    remote_port: port,
+  } = params;
+  const groups = params["remote_block_ids"] ?? [];
+  const blockIds = Array.isArray(groups) && Array.isArray(groups[0]) ? groups[0] : groups;
+  const valid =
+    typeof engineId === "string" &&
+    typeof requestId === "string" &&
+    typeof host === "string" &&
+    host !== "" &&
+    typeof port === "number" &&
+    Number.isInteger(port) &&
+    port > 0 &&
+    port < 65536 &&
+    Array.isArray(blockIds) &&
+    blockIds.every((b) => Number.isInteger(b));
+  return valid ? { engineId, requestId, host, port, blockIds: blockIds as number[] } : null;
+}
+
 export class NixlConsumer {
   private readonly pulls = new Map<string, Pull>();
   private readonly clients = new Map<string, SideChannelClient>();
@@ -59,45 +95,48 @@ export class NixlConsumer {
    */
   prepare(engineRequestId: string, params: Record<string, unknown> | undefined): boolean {
     if (params?.["do_remote_prefill"] !== true || !isConsumer(this.o.config)) return false;
-    const engineId = params["remote_engine_id"];
-    const requestId = params["remote_request_id"];
-    const host = params["remote_host"];
-    const port = params["remote_port"];
-    const groups = params["remote_block_ids"] ?? [];
-    // One list per KV group (current vLLM) or a flat list (older): our models have one group.
-    const blockIds = Array.isArray(groups) && Array.isArray(groups[0]) ? groups[0] : groups;
-    const valid =
-      typeof engineId === "string" &&
-      typeof requestId === "string" &&
-      typeof host === "string" &&
-      host !== "" &&
-      Number.isInteger(port) &&
-      (port as number) > 0 &&
-      (port as number) < 65536 &&
-      Array.isArray(blockIds) &&
-      blockIds.every((b) => Number.isInteger(b));
-    if (!valid) {
+    const remote = remoteOf(params);
+    if (remote === null) {
       this.o.log(
         `sim-replica: Got invalid KVTransferParams: ${JSON.stringify(params)}. This request will not utilize KVTransfer (it needs remote_engine_id, remote_request_id, remote_host and remote_port)`,
       );
       return false;
     }
-    const key = `${host}:${port}`;
-    let client = this.clients.get(key);
-    if (client === undefined) {
-      client = new SideChannelClient(host as string, port as number);
-      this.clients.set(key, client);
-    }
     this.pulls.set(engineRequestId, {
-      engineId: engineId as string,
-      requestId: requestId as string,
-      blockIds: blockIds as number[],
-      client,
+      ...remote,
+      client: this.clientFor(remote.host, remote.port),
       need: null,
       settled: false,
     });
     this.syncHeartbeats();
     return true;
+  }
+
+  private clientFor(host: string, port: number): SideChannelClient {
+    const key = `${host}:${port}`;
+    let client = this.clients.get(key);
+    if (client === undefined) {
+      client = new SideChannelClient(host, port);
+      this.clients.set(key, client);
+    }
+    return client;
+  }
+
+  /**
+   * A decode request with valid remote params was rejected before the engine took it (bad model,
+   * too long, ...): tell the prefiller to free its blocks now, as vLLM does since PR #41269
+   * (notify_kv_transfer_request_rejected), instead of leaving them to the lease.
+   */
+  rejectedBeforeAdmission(params: Record<string, unknown> | undefined): void {
+    if (params?.["do_remote_prefill"] !== true || !isConsumer(this.o.config)) return;
+    const remote = remoteOf(params);
+    if (remote === null) return;
+    this.clientFor(remote.host, remote.port)
+      .request({ type: "release", remote_request_id: remote.requestId })
+      .catch((err: Error) => {
+        this.o.metrics.failedNotification();
+        this.o.log(`sim-replica: could not release ${remote.requestId} on the prefiller: ${err.message}`);
+      });
   }
 
   /** Forgets a prepared request the engine never took. */
