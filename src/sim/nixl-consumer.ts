@@ -159,15 +159,19 @@ export class NixlConsumer {
     }
   }
 
-  private sleep(simSeconds: number): Promise<void> {
+  /**
+   * Waits until simulated time `deadline`. Modelled durations run from when their step began, so
+   * the side channel's own round trips (real milliseconds, magnified by --time-scale) are inside
+   * them rather than added on top.
+   */
+  private sleepUntil(deadline: number): Promise<void> {
+    const d = this.o.driver;
+    const ms = Math.max(0, ((deadline - d.simNow()) / d.timeScale) * 1000);
     return new Promise((resolve) => {
-      const t = setTimeout(
-        () => {
-          this.timers.delete(t);
-          resolve();
-        },
-        (simSeconds / this.o.driver.timeScale) * 1000,
-      );
+      const t = setTimeout(() => {
+        this.timers.delete(t);
+        resolve();
+      }, ms);
       this.timers.add(t);
     });
   }
@@ -178,12 +182,13 @@ export class NixlConsumer {
     let h = this.handshakes.get(key);
     if (h === undefined) {
       h = (async () => {
+        const t0 = this.o.driver.simNow();
         const r = await pull.client.request({ type: "handshake", engine_id: this.o.config.engineId });
         if (r["engine_id"] !== pull.engineId)
           throw new Error(
             `the side channel at ${pull.client.address} belongs to engine ${String(r["engine_id"])}, not ${pull.engineId}`,
           );
-        await this.sleep(this.o.link.handshake);
+        await this.sleepUntil(t0 + this.o.link.handshake);
       })();
       this.handshakes.set(key, h);
       h.catch(() => this.handshakes.delete(key));
@@ -199,6 +204,7 @@ export class NixlConsumer {
       if (pull.blockIds.length < need.blocks)
         throw new Error(`the prefiller sent ${pull.blockIds.length} block ids, ${need.blocks} are needed`);
       const blockIds = pull.blockIds.slice(pull.blockIds.length - need.blocks);
+      const posted = this.o.driver.simNow();
       const r = await pull.client.request({
         type: "read",
         remote_engine_id: pull.engineId,
@@ -208,8 +214,8 @@ export class NixlConsumer {
       if (r["status"] !== "ok")
         throw new Error(`the prefiller answered ${String(r["status"])} for ${pull.requestId}`);
       const bytes = need.blocks * this.o.blockSize * this.o.kvBytesPerToken;
-      const seconds = this.occupyLink(bytes);
-      await this.sleep(seconds);
+      const seconds = this.occupyLink(bytes, posted);
+      await this.sleepUntil(posted + seconds);
       if (pull.settled) return;
       if (!pull.client.alive)
         throw new Error(`the prefiller at ${pull.client.address} went away mid-transfer`);
@@ -228,12 +234,11 @@ export class NixlConsumer {
   }
 
   /**
-   * Seconds from post to completion of a transfer of `bytes` posted now: the post overhead, then the
-   * wire time after the transfers already on this decoder's link (its NIC is the shared bottleneck;
-   * vLLM's nixl_xfer_time_seconds includes such queueing).
+   * Seconds from post to completion of a transfer of `bytes` posted at simulated time `now`: the
+   * post overhead, then the wire time after the transfers already on this decoder's link (its NIC is
+   * the shared bottleneck; vLLM's nixl_xfer_time_seconds includes such queueing).
    */
-  private occupyLink(bytes: number): number {
-    const now = this.o.driver.simNow();
+  private occupyLink(bytes: number, now: number): number {
     const start = Math.max(now + this.o.link.overhead, this.linkFreeAt);
     this.linkFreeAt = start + (transferSeconds(this.o.link, bytes) - this.o.link.overhead);
     return this.linkFreeAt - now;
