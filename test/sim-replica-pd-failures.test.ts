@@ -100,7 +100,7 @@ for (const policy of ["fail", "recompute"] as const) {
 }
 
 test("a lease runs out on the prefiller: blocks freed, counted, and a late decode fails", async (t) => {
-  const p = await startPdReplica("kv_producer", { kv_lease_duration: 2 });
+  const p = await startPdReplica("kv_producer", { kv_lease_duration: 10 });
   t.after(() => p.close());
   const d = await startPdReplica("kv_consumer");
   t.after(() => d.close());
