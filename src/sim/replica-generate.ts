@@ -77,6 +77,21 @@ export function handleGeneration(
   req: IncomingMessage,
   res: ServerResponse,
 ): void {
+  try {
+    runGeneration(ctx, p, req, res);
+  } catch (err) {
+    // Rejected before the engine took it: a P/D decode request frees its prefiller's blocks now.
+    ctx.nixl?.rejectedBeforeAdmission(p.kvTransferParams);
+    throw err;
+  }
+}
+
+function runGeneration(
+  ctx: GenerateContext,
+  p: CompletionParams | ChatParams,
+  req: IncomingMessage,
+  res: ServerResponse,
+): void {
   const model = ctx.resolveModel(p.model);
   const prompts = tokenizePrompts(ctx, p);
   const maxModelLen = ctx.opts.maxModelLen;

@@ -9,12 +9,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { Engine } from "../engine/engine.ts";
-import { kvBytesPerToken } from "../engine/profile.ts";
 import { Faults, GARBLED_METRICS } from "./faults.ts";
 import { publishesEvents } from "./kv-events-config.ts";
 import { ZmqEventPublisher } from "./kv-publisher.ts";
 import { NixlConnector } from "./nixl-connector.ts";
-import { NixlMetrics } from "./nixl-metrics.ts";
 import { ReplicaDriver } from "./replica-driver.ts";
 import { type GenerateContext, handleGeneration } from "./replica-generate.ts";
 import {
@@ -103,22 +101,8 @@ export class ReplicaServer {
         sliding_window: "None",
       },
     });
-    const kt = opts.kvTransferConfig;
-    this.nixl = kt
-      ? new NixlConnector({
-          config: kt,
-          driver: this.driver,
-          metrics: new NixlMetrics(this.metrics.registry, {
-            model_name: opts.servedModelNames[0]!,
-            engine: String(opts.dataParallelRank),
-          }),
-          link: opts.kvLink,
-          kvBytesPerToken: kvBytesPerToken(opts.profile.model),
-          blockSize: opts.blockSize,
-          tpSize: opts.profile.hardware.tensorParallel,
-          sideChannel: opts.sideChannel,
-          log: opts.log,
-        })
+    this.nixl = opts.kvTransferConfig
+      ? NixlConnector.forReplica(opts, this.driver, this.metrics.registry)
       : null;
     this.generateCtx = {
       nixl: this.nixl,

@@ -26,10 +26,14 @@ export function startPdReplica(
   });
 }
 
-/** The prefill leg as llm-d's sidecar sends it (nixlv2): one token, not streamed, do_remote_decode. */
+/**
+ * The prefill leg as llm-d's sidecar sends it (nixlv2): one token, not streamed (stream_options
+ * removed), do_remote_decode.
+ */
 export function prefill(p: TestReplica, body: Record<string, unknown>) {
+  const { stream_options: _, ...rest } = body;
   return postJson(`${p.url}/v1/completions`, {
-    ...body,
+    ...rest,
     max_tokens: 1,
     min_tokens: 1,
     stream: false,
