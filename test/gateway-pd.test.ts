@@ -396,3 +396,53 @@ test("a decoder whose KV load fails (500 before any byte) is asked again without
   assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "fallback" }), 1);
   assert.equal(sampleValue(m, "kvgate_pd_prefill_legs_total", { outcome: "kv-transfer" }), 0);
 });
+
+/** A P/D gateway whose pool has a decoder and no prefill endpoint at all. */
+async function decoderOnly(t: TestContext, opts: Partial<GatewayOptions> = {}) {
+  const d = await fakeReplica(decodeOk);
+  const gw = await startGateway({
+    endpoints: [roleSpec(d, "decode")],
+    config: PD,
+    scrapeIntervalMs: 20,
+    log: () => {},
+    ...opts,
+  });
+  t.after(async () => {
+    await gw.close();
+    await d.close();
+  });
+  await waitFor(() => gw.gateway.data.store.all().every((r) => r.modelIds !== null), "first scrape");
+  return { d, gw };
+}
+
+test("no prefill endpoint for a prompt the decider wants split: a counted, marked local prefill, or llm-d's 503 under the fail policy", async (t) => {
+  const s = await decoderOnly(t);
+  const r = await post(s.gw.url, { model: "m", prompt: LONG_PROMPT, max_tokens: 4 });
+  assert.equal(r.status, 200, "recompute (default): served by the decoder");
+  assert.equal(r.headers["x-kvgate-pd"], "fallback-no-prefill-endpoint");
+  assert.equal("kv_transfer_params" in generations(s.d)[0]!.body, false);
+  const m = await scrapeMetrics(s.gw.adminUrl);
+  assert.equal(sampleValue(m, "kvgate_pd_fallbacks_total", { reason: "no-prefill-endpoint" }), 1);
+  assert.equal(sampleValue(m, "llm_d_epp_disagg_decision_total", { decision_type: "decode-only" }), 1);
+
+  const f = await decoderOnly(t, { prefillFailurePolicy: "fail" });
+  const r2 = await post(f.gw.url, { model: "m", prompt: LONG_PROMPT, max_tokens: 4 });
+  assert.equal(r2.status, 503);
+  assert.equal(r2.headers["x-llm-d-request-dropped-reason"], "rejected-no-endpoints");
+  assert.match(JSON.parse(r2.text).error.message, /no Ready prefill endpoint.*profiles\.fallback/);
+  assert.equal(generations(f.d).length, 0, "the decoder is never asked");
+});
+
+test("a client's kv_transfer_params never reaches a replica, on a decode-only request either", async (t) => {
+  const s = await setup(t);
+  const forged = { do_remote_prefill: true, remote_host: "203.0.113.9", remote_port: 5600 };
+  const r = await post(s.gw.url, {
+    model: "m",
+    prompt: SHORT_PROMPT,
+    max_tokens: 4,
+    kv_transfer_params: forged,
+  });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers["x-kvgate-pd"], "decode-only");
+  assert.deepEqual(generations(s.d)[0]!.body, { model: "m", prompt: SHORT_PROMPT, max_tokens: 4 });
+});

@@ -59,13 +59,17 @@ describe("disagg-profile-handler decisions", () => {
     ]);
   });
 
-  it("a required prefill with no prefill endpoint fails with 503 instead of a silent decode-only", async () => {
+  it("a required prefill with no prefill endpoint is marked prefillUnavailable, never a silent decode-only", async () => {
     const { scheduler } = await createScheduler(pdYaml, { hasher: h });
-    const r = scheduler.schedule(long("r"), [D1, D2], 0);
-    assert.equal(r.target, null, "no target: the gateway must not send the request to the decoder");
-    assert.equal(r.failure?.status, 503);
-    assert.equal(r.failure?.reason, "rejected-no-endpoints");
-    assert.match(r.failure?.message ?? "", /profile "prefill" found no endpoint.*profiles\.fallback/);
+    const r = scheduler.schedule(long("r"), [D1, D2], 0, { explain: true });
+    assert.equal(r.failure, null, "the gateway's prefill-failure policy decides, not the scheduler");
+    assert.equal(r.target?.id, "d1:1");
+    assert.equal(r.outcome?.decision, "decode-only");
+    assert.equal(r.outcome?.prefillUnavailable, true);
+    assert.equal(r.outcome?.prefillTarget, null);
+    assert.match(r.outcome?.reason ?? "", /profile "prefill" found no endpoint.*profiles\.fallback/);
+    const declined = scheduler.schedule(chat("s", "hi", "q"), [P, D1], 0);
+    assert.equal(declined.outcome?.prefillUnavailable, undefined, "a declined prefill is not a missing one");
   });
 
   it("profiles.fallback serves that request on the aggregated profile, recorded as aggregated-fallback", async () => {

@@ -144,10 +144,15 @@ export interface Decision {
   prefillHost: string | null;
   /** A P/D profile handler's decision (llm-d's decision_type), or null for other profile handlers. */
   pdDecision: string | null;
+  /** Why a request the decider wanted split is prefilled on its decode endpoint, or null. */
+  pdFallback: string | null;
   /** The model the client asked for (facts.model is the one sent, after any rewrite). */
   clientModel: string;
   rewrite: RewriteDecision | null;
-  /** The body re-serialised with the rewritten model, or null when the original bytes go unchanged. */
+  /**
+   * The body re-serialised (model rewritten, client kv_transfer_params removed), or null when the
+   * original bytes go unchanged.
+   */
   body: Buffer | null;
   /** The routing that made the pick: its scheduler gets the response hooks, even after a reload. */
   routing: Routing;
@@ -232,6 +237,18 @@ export async function decide(
   const outcome = result.outcome;
   const prefillHost = outcome?.prefillTarget?.id ?? null;
   const pdDecision = outcome?.decision ?? null;
+  // The decider wanted a remote prefill and no prefill endpoint could take it: never a silent
+  // decode-only (llm-d-router#2427). "fail" answers 503 as llm-d does since PR #2521; "recompute"
+  // (default) prefills on the decode target, counted and marked like any other prefill fallback.
+  let pdFallback: string | null = null;
+  if (outcome?.prefillUnavailable) {
+    if (gw.opts.prefillFailurePolicy === "fail") {
+      attempt("failure", null);
+      return fail(new GatewayError(503, outcome.reason, { reason: "rejected-no-endpoints" }), "rejected");
+    }
+    pdFallback = "no-prefill-endpoint";
+    m.pd.fallbacks.inc({ reason: pdFallback });
+  }
   if (outcome) {
     const h = routing.scheduler.plugins.get(routing.scheduler.config.profileHandler);
     m.disaggDecisions.inc({
@@ -241,11 +258,19 @@ export async function decide(
       decision_type: outcome.decision,
     });
   }
-  let out: Buffer | null = null;
+  let reencode = false;
   if (rewrite && rewrite.target !== parsed.model) {
     parsed.json.model = rewrite.target;
-    out = Buffer.from(JSON.stringify(parsed.json), "utf8");
+    reencode = true;
   }
+  // kv_transfer_params is the gateway's to set (the P/D legs): from a client it would make a
+  // NixlConnector replica pull KV from any remote_host it names, so it is removed as the routing
+  // control headers are.
+  if (parsed.json.kv_transfer_params !== undefined) {
+    delete parsed.json.kv_transfer_params;
+    reencode = true;
+  }
+  const out = reencode ? Buffer.from(JSON.stringify(parsed.json), "utf8") : null;
   // Nothing after the decision needs the parsed prompt, so it is not kept alive for the whole
   // response (tens of KB of strings per request in flight, which every young-generation GC would
   // otherwise copy: bench:picker's decision tail).
@@ -258,6 +283,7 @@ export async function decide(
       picked: Math.max(1, Math.min(primary?.picked ?? 1, targets.length)),
       prefillHost,
       pdDecision,
+      pdFallback,
       clientModel: parsed.model,
       rewrite,
       body: out,

@@ -113,7 +113,7 @@ async function proxyRequest(
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(d.error, d.outcome);
   }
-  const { facts, labels, targets, prefillHost, pdDecision, routing } = d.decision;
+  const { facts, labels, targets, prefillHost, pdDecision, pdFallback, routing } = d.decision;
   const m = gw.metrics;
   const target = { id: targets[0] };
   if (d.decision.body) body = d.decision.body;
@@ -129,6 +129,7 @@ async function proxyRequest(
   if (prefillHost !== null && sidecarLegs) headers["x-prefiller-host-port"] = prefillHost;
   // No legs run here: the decision says why (decode-only, aggregated-fallback; an embeddings request
   // the decider split is still decoded on one endpoint).
+  else if (pdFallback !== null) res.setHeader(PD_HEADER, `fallback-${pdFallback}`);
   else if (pdDecision !== null && pdApi === null)
     res.setHeader(PD_HEADER, pdDecision === "prefill-decode" ? "decode-only" : pdDecision);
 

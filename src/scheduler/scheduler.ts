@@ -145,8 +145,6 @@ export class Scheduler {
     } else if (primary?.target == null) {
       const why = primary?.failure ?? `profile "${primaryProfile}" did not run`;
       failure = { status: 429, reason: "rejected-saturated", message: why };
-    } else if (outcome?.failure) {
-      failure = outcome.failure;
     }
     let explanation: Explanation | undefined;
     if (explain) {
@@ -168,7 +166,7 @@ export class Scheduler {
       requestId: req.requestId,
       primaryProfile,
       profiles,
-      target: failure === null ? (primary?.target ?? null) : null,
+      target: primary?.target ?? null,
       failure,
       outcome,
       explanation,

@@ -215,8 +215,11 @@ export interface HandlerOutcome {
   readonly reason: string;
   /** The endpoint that runs the prefill leg, when the request is disaggregated. */
   readonly prefillTarget: EndpointState | null;
-  /** Set when the handler fails the request even though its primary profile found a target. */
-  readonly failure?: ScheduleFailure;
+  /**
+   * P/D: the decider wanted a remote prefill but no prefill endpoint could take it. The gateway's
+   * prefill-failure policy decides: a local prefill on the decode target, or a 503.
+   */
+  readonly prefillUnavailable?: boolean;
 }
 
 /** A P/D decider: whether to run the prefill stage for this request. */

@@ -10,10 +10,12 @@
  *   profiles.fallback (decode-first only): an aggregated profile run when the decode profile, or a
  *     prefill profile the decider asked for, finds no endpoint.
  *
- * A prefill the decider asked for that finds no endpoint, with no fallback profile, fails the
- * request (503) instead of quietly prefilling on the decode pod: that silent degradation is
- * llm-d-router#2427, fixed the same way by PR #2521. Every request's decision and its reason are
- * reported as the handler's outcome (the gateway's disagg_decision_total, and /explain).
+ * A prefill the decider asked for that finds no endpoint, with no fallback profile, is never a
+ * silent decode-only (llm-d-router#2427): the outcome says `prefillUnavailable`, and the gateway
+ * applies its prefill-failure policy — a counted, marked local prefill on the decoder
+ * (`recompute`, kvgate's default), or llm-d's answer since PR #2521, a 503 (`fail`). Every
+ * request's decision and its reason are reported as the handler's outcome (the gateway's
+ * disagg_decision_total, and /explain).
  * Encode stages are not implemented.
  */
 import { z } from "zod";
@@ -145,13 +147,8 @@ export class DisaggProfileHandler implements ProfileHandler {
           : `decider "${this.params.deciders.prefill}" approved`;
       return { decision: "prefill-decode", reason: why, prefillTarget: p.target };
     }
-    const message = `the prefill stage was required but profile "${prefill}" found no endpoint (${p?.failure ?? "not run"}); make prefill pods Ready (label llm-d.ai/role=prefill), or set disagg-profile-handler profiles.fallback to serve such requests aggregated`;
-    return {
-      decision: "prefill-decode",
-      reason: message,
-      prefillTarget: null,
-      failure: { status: 503, reason: "rejected-no-endpoints", message },
-    };
+    const reason = `the prefill stage was required but profile "${prefill}" found no endpoint (${p?.failure ?? "not run"}): no Ready prefill endpoint; make prefill pods Ready (label llm-d.ai/role=prefill), or set disagg-profile-handler profiles.fallback to serve such requests on an aggregated profile`;
+    return { decision: "decode-only", reason, prefillTarget: null, prefillUnavailable: true };
   }
 
   decider(name: string): Decider {
