@@ -57,11 +57,16 @@ export interface FlowRequest {
   ttl?: number;
 }
 
-export type DroppedReason = "rejected-saturated" | "rejected-no-endpoints" | "rejected-ttl-expired";
+export type DroppedReason =
+  | "rejected-saturated"
+  | "rejected-no-endpoints"
+  | "rejected-ttl-expired"
+  | "rejected-shutting-down";
 export type QueueOutcome =
   | "Dispatched"
   | "RejectedCapacity"
   | "RejectedNoEndpoints"
+  | "RejectedOther"
   | "EvictedTTL"
   | "EvictedNoEndpoints"
   | "EvictedContextCancelled";
@@ -106,7 +111,7 @@ interface Band {
   bytes: number;
   /** round-robin: the flow served last. */
   cursor: string | null;
-  /** VTC: the counter of the flow dispatched last (a flow arriving to an idle band is lifted to it). */
+  /** VTC: the counter of the flow dispatched last, after its charge (an idle band's virtual time). */
   floor: number;
 }
 
@@ -250,8 +255,10 @@ export class FlowController {
       const item = flow.items[0];
       this.#take(band, flow, item);
       const fair = band.s.fairness;
-      if (fair.kind === "vtc") band.floor = flow.counter;
-      flow.counter += fair.kind === "vtc" ? fair.promptTokenWeight * item.req.promptTokens : 0;
+      if (fair.kind === "vtc") {
+        flow.counter += fair.promptTokenWeight * item.req.promptTokens;
+        band.floor = flow.counter;
+      }
       flow.servedTokens += item.req.promptTokens;
       flow.lastActive = now;
       band.cursor = flow.id;

@@ -10,6 +10,8 @@
  *                    the blocks each candidate matched; nothing is forwarded
  *   POST /reload     re-read the endpoints file and the config file; a bad one is rejected, old kept
  *   GET  /metrics    the gateway's own Prometheus metrics
+ *   GET  /flows      flow control's queue (flowControl gate): per priority band and flow, depth,
+ *                    bytes, age of the oldest request, tokens served; and the pool saturation
  *   GET  /config     the effective EndpointPickerConfig
  *   GET  /health
  */
@@ -21,6 +23,8 @@ import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-prod
 import type { ScheduleResult } from "../scheduler/types.ts";
 import { fillEndpointTokenIds, prepare } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
+import { flowGateOf } from "./flow-gate.ts";
+import { flowMetricsOf } from "./flow-metrics.ts";
 import type { Gateway } from "./gateway.ts";
 import type { KvEventsEndpointView } from "./kv-events.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
@@ -71,7 +75,12 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       });
       return json(res, 200, { endpoints, ready: gw.data.store.readyCount(now) });
     }
+    case "GET /flows": {
+      const gate = flowGateOf(gw);
+      return json(res, 200, gate ? { enabled: true, ...gate.snapshot() } : { enabled: false });
+    }
     case "GET /metrics": {
+      if (flowGateOf(gw)) flowMetricsOf(gw);
       updateGauges(gw);
       const text = await gw.metrics.text();
       res.writeHead(200, { "content-type": gw.metrics.registry.contentType }).end(text);

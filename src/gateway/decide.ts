@@ -2,7 +2,7 @@
  * The one decision path of both front doors, `kvgate serve`'s HTTP proxy and `kvgate epp`'s ext_proc
  * server: the body decoded once → InferenceModelRewrite → candidates (404 for a model no replica
  * serves, 503 for none available, restricted to the proxy's subset hint) → admission (429 for a shed
- * sheddable request) → scheduling → onPicked, with llm-d's request metrics. What comes next
+ * sheddable request; with the flowControl gate, waiting in flow-gate.ts's queue) → scheduling → onPicked, with llm-d's request metrics. What comes next
  * (forwarding the bytes, or telling Envoy where to send them) is the caller's; it must end every
  * successful decision with exactly one scheduler.onResponseComplete on `decision.routing`.
  */
@@ -13,6 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
+import { admit } from "./flow-gate.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";
@@ -39,6 +40,8 @@ export interface DecideOptions {
   objectives?: ReadonlyMap<string, number>;
   /** The body's size in bytes when `body` is its decoded text. */
   bodyBytes?: number;
+  /** Aborted when the client goes away: a request queued by flow control leaves the queue at once. */
+  signal?: AbortSignal;
 }
 
 export interface Prepared {
@@ -174,14 +177,12 @@ export async function decide(
     if (!(err instanceof GatewayError)) throw err;
     return { ok: false, error: err, outcome: outcomeOf(err) };
   }
-  const { routing, now, facts, candidates, rewrite, parsed } = p;
+  const { routing, facts, rewrite, parsed } = p;
   const m = gw.metrics;
   const labels = m.labels(parsed.model, facts.priority, facts.model);
   m.requestTotal.inc(labels);
-  m.requestSize.observe(
-    labels,
-    opts.bodyBytes ?? (typeof body === "string" ? Buffer.byteLength(body) : body.length),
-  );
+  const bytes = opts.bodyBytes ?? (typeof body === "string" ? Buffer.byteLength(body) : body.length);
+  m.requestSize.observe(labels, bytes);
   if (rewrite)
     m.modelRewrites.inc({
       model_rewrite_name: rewrite.rewriteName,
@@ -193,8 +194,10 @@ export async function decide(
     return { ok: false, error: err, outcome };
   };
 
-  const adm = routing.admission.admit(facts, candidates, now);
-  if (!adm.admitted) return fail(new GatewayError(429, adm.message, { reason: adm.reason }), "rejected");
+  // Legacy admission, or waiting in the flow-control queue (which refreshes p.candidates and p.now).
+  const denied = await admit(gw, p, headers, { signal: opts.signal, bytes, subset: opts.subset });
+  if (denied) return fail(denied, "rejected");
+  const { now, candidates } = p;
 
   const before = prefixCounters(routing);
   const ts = performance.now();
