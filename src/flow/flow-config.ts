@@ -131,8 +131,12 @@ function policyRef<R extends FlowPolicy["role"]>(
     }
   }
   if (policy.role !== role)
-    throw new ConfigError(`${where}: "${ref}" is a ${policy.role} policy; give a ${role} policy`);
+    throw new ConfigError(`${where}: "${ref}" is ${an(policy.role)} policy; give ${an(role)} policy`);
   return policy as Extract<FlowPolicy, { role: R }>;
+}
+
+function an(role: string): string {
+  return `${/^[aeiou]/.test(role) ? "an" : "a"} ${role}`;
 }
 
 function band(

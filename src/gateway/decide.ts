@@ -2,7 +2,7 @@
  * The one decision path of both front doors, `kvgate serve`'s HTTP proxy and `kvgate epp`'s ext_proc
  * server: the body decoded once → InferenceModelRewrite → candidates (404 for a model no replica
  * serves, 503 for none available, restricted to the proxy's subset hint) → admission (429 for a shed
- * sheddable request; with the flowControl gate, waiting in flow-gate.ts's queue) → scheduling → onPicked, with llm-d's request metrics. What comes next
+ * sheddable request) → scheduling → onPicked, with llm-d's request metrics. What comes next
  * (forwarding the bytes, or telling Envoy where to send them) is the caller's; it must end every
  * successful decision with exactly one scheduler.onResponseComplete on `decision.routing`.
  */

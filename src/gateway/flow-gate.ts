@@ -17,6 +17,7 @@ import { FlowController, type FlowRequest, type FlowsView, type Rejection } from
 import type { Prepared } from "./decide.ts";
 import { hostOf } from "./decide.ts";
 import { GatewayError } from "./errors.ts";
+import { UsageScanner } from "./ext-proc/response-body.ts";
 import { flowMetricsOf } from "./flow-metrics.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
@@ -226,6 +227,22 @@ export async function admit(
   return null;
 }
 
+/** A decided request's response ended: its usage (scanned from the body) goes to its gate. */
+export function reportUsage(
+  gw: Gateway,
+  routing: Routing,
+  requestId: string,
+  usage: { promptTokens: number | null; completionTokens: number | null },
+  events = 0,
+): void {
+  const gate = flowGateOf(gw, routing);
+  if (gate === null) return;
+  gate.completed(requestId, {
+    outputTokens: usage.completionTokens ?? events,
+    ...(usage.promptTokens === null ? {} : { promptTokens: usage.promptTokens }),
+  });
+}
+
 /**
  * Watches what the gateway writes to the client for the response's usage, and reports it to the
  * request's gate when the response ends. Returns the function to call then (a no-op without flow
@@ -237,17 +254,19 @@ export function watchUsage(
   requestId: string,
   res: ServerResponse,
 ): () => void {
-  const gate = flowGateOf(gw, routing);
-  if (gate === null) return () => {};
-  let tail = "";
+  if (flowGateOf(gw, routing) === null) return () => {};
+  const usage = new UsageScanner();
   let events = 0;
-  const write = res.write.bind(res) as (...a: unknown[]) => boolean;
   const scan = (chunk: unknown) => {
     if (typeof chunk !== "string" && !(chunk instanceof Uint8Array)) return;
-    const text = typeof chunk === "string" ? chunk : Buffer.from(chunk).toString("latin1");
-    events += text.match(/(^|\n)data: ?(?!\[DONE\])/g)?.length ?? 0;
-    tail = (tail + text).slice(-2048);
+    const b =
+      typeof chunk === "string"
+        ? Buffer.from(chunk)
+        : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+    usage.push(b);
+    events += b.toString("latin1").match(/(^|\n)data: ?(?!\[DONE\])/g)?.length ?? 0;
   };
+  const write = res.write.bind(res) as (...a: unknown[]) => boolean;
   res.write = ((...a: unknown[]) => {
     scan(a[0]);
     return write(...a);
@@ -257,17 +276,5 @@ export function watchUsage(
     if (typeof a[0] !== "function") scan(a[0]);
     return end(...a);
   }) as typeof res.end;
-  return () => {
-    const out = lastNumber(tail, "completion_tokens");
-    const prompt = lastNumber(tail, "prompt_tokens");
-    gate.completed(requestId, {
-      outputTokens: out ?? events,
-      ...(prompt === undefined ? {} : { promptTokens: prompt }),
-    });
-  };
-}
-
-function lastNumber(text: string, field: string): number | undefined {
-  const all = [...text.matchAll(new RegExp(`"${field}"\\s*:\\s*(\\d+)`, "g"))];
-  return all.length ? Number(all[all.length - 1][1]) : undefined;
+  return () => reportUsage(gw, routing, requestId, usage, events);
 }
