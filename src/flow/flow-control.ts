@@ -339,7 +339,9 @@ export class FlowController {
             fairnessId: f.id,
             depth: f.items.length,
             bytes: f.bytes,
-            oldestAgeSeconds: f.items.length ? now - Math.min(...f.items.map((i) => i.enqueuedAt)) : 0,
+            oldestAgeSeconds: f.items.length
+              ? now - f.items.reduce((m, i) => Math.min(m, i.enqueuedAt), Number.POSITIVE_INFINITY)
+              : 0,
             servedTokens: f.servedTokens,
             ...(b.s.fairness.kind === "vtc" ? { virtualCounter: f.counter } : {}),
           })),

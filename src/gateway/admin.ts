@@ -23,7 +23,7 @@ import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-prod
 import type { ScheduleResult } from "../scheduler/types.ts";
 import { fillEndpointTokenIds, prepare } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
-import { flowGateOf } from "./flow-gate.ts";
+import { fairnessIdOf, flowGateOf } from "./flow-gate.ts";
 import { flowMetricsOf } from "./flow-metrics.ts";
 import type { Gateway } from "./gateway.ts";
 import type { KvEventsEndpointView } from "./kv-events.ts";
@@ -125,7 +125,16 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
   const route = explainRoute(url, body);
   const p = prepare(gw, route, body, req.headers);
   if (gw.endpointTokenizer) await fillEndpointTokenIds(gw, p);
-  const admission = p.routing.admission.admit(p.facts, p.candidates, p.now);
+  const gate = flowGateOf(gw, p.routing);
+  const admission = gate
+    ? {
+        flowControl: true,
+        fairnessId: fairnessIdOf(req.headers),
+        priority: p.facts.priority,
+        saturation: gate.saturation(p.now).value,
+        queued: gate.controller.size,
+      }
+    : p.routing.admission.admit(p.facts, p.candidates, p.now);
   const result = p.routing.scheduler.schedule(p.facts, p.candidates, p.now, { explain: true });
   const ex = result.explanation;
   const primary = ex?.profiles[result.primaryProfile];

@@ -26,6 +26,8 @@ import type { Routing } from "./routing.ts";
 /** How often a non-empty queue re-checks saturation and TTLs (llm-d: a 1 ms ticker, 1 s TTL sweep). */
 export const FLOW_TICK_MS = 5;
 const MAX_FAIRNESS_ID = 128;
+/** TTLs are checked this often (seconds; llm-d sweeps every second). */
+const EXPIRY_SWEEP_S = 0.1;
 /** Dispatched requests whose response never reported back are forgotten after this (seconds). */
 const INFLIGHT_FORGET_S = 3600;
 
@@ -43,6 +45,7 @@ export class FlowGate {
   readonly #waiters = new Map<string, Waiter>();
   readonly #inflight = new Map<string, { req: FlowRequest; at: number }>();
   #timer: ReturnType<typeof setInterval> | null = null;
+  #lastSweep = 0;
   lastSaturation = 0;
 
   constructor(gw: Gateway, routing: Routing) {
@@ -107,9 +110,12 @@ export class FlowGate {
       }
     }
     let sat = this.saturation(now);
-    for (const e of this.controller.expire(now, sat.empty)) {
-      m.outcome(e.request, e.outcome, e.waited);
-      this.#settle(e.request.id, { ok: false, rejection: e.rejection });
+    if (now - this.#lastSweep >= EXPIRY_SWEEP_S) {
+      this.#lastSweep = now;
+      for (const e of this.controller.expire(now, sat.empty)) {
+        m.outcome(e.request, e.outcome, e.waited);
+        this.#settle(e.request.id, { ok: false, rejection: e.rejection });
+      }
     }
     for (let d = this.controller.dispatch(now, sat.value); d; d = this.controller.dispatch(now, sat.value)) {
       m.outcome(d.request, d.outcome, d.waited);
