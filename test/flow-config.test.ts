@@ -172,6 +172,18 @@ describe("bad values are ConfigErrors that say what to do", () => {
       "utilization-detector",
     );
   });
+  it("concurrency-detector needs the gate (it counts what flow control sends); hybrid is not implemented", () => {
+    bad(
+      `${HEAD}plugins:\n${PICKER}- type: concurrency-detector\n`,
+      /counts requests in flight through flow control; add featureGates: \[flowControl\], or use utilization-detector/,
+    );
+    bad(
+      `${P}- type: concurrency-detector\n  parameters: { concurrencyMode: hybrid }\n`,
+      /hybrid \(per-endpoint\) is not implemented in kvgate; use requests or tokens/,
+    );
+    const { config } = load(`${P}- type: concurrency-detector\n  parameters: { maxConcurrency: 8 }\n`);
+    assert.equal(config.saturationDetector, "concurrency-detector");
+  });
   it("enableEviction is accepted with a warning (not implemented)", () => {
     const { warnings } = load(`${P}flowControl: { enableEviction: true }\n`);
     assert.ok(warnings.some((w) => /enableEviction.*not implemented/.test(w)));

@@ -1,9 +1,10 @@
 /**
- * Flow control in `kvgate serve` with fake replicas and the shipped config/examples/flow-control.yaml:
- * a request waits at the gateway while the pool is saturated (visible on GET /flows and /metrics, not
+ * Flow control in `kvgate serve` with fake replicas and the shipped config/examples/flow-control.yaml
+ * (as is, and with utilization-detector): a request waits at the gateway while the pool is saturated (visible on GET /flows and /metrics, not
  * sent to the replica) and is served once the replica's scraped queue drains; its response usage is
  * charged to its tenant; a full sheddable band answers 429 with llm-d's dropped-reason header; a
- * client that disconnects while queued leaves the queue.
+ * client that disconnects while queued leaves the queue; with concurrency-detector the gate opens when
+ * a request in flight completes.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -12,7 +13,12 @@ import { request } from "undici";
 import { type GatewayHandle, startGateway } from "../src/gateway/gateway.ts";
 import { type FakeServer, modelList, startFake, vllmMetrics, waitFor } from "./helpers/gateway-fakes.ts";
 
-const EXAMPLE = readFileSync("config/examples/flow-control.yaml", "utf8");
+const SHIPPED = readFileSync("config/examples/flow-control.yaml", "utf8");
+/** The shipped example with utilization-detector, so a fake replica's scraped queue saturates the pool. */
+const EXAMPLE = SHIPPED.replace(
+  "- type: concurrency-detector\n  parameters: { concurrencyMode: requests, maxConcurrency: 100 }",
+  "- type: utilization-detector\n  parameters: { queueDepthThreshold: 2 }",
+).replace("pluginRef: concurrency-detector", "pluginRef: utilization-detector");
 const USAGE =
   '{"id":"c","object":"text_completion","choices":[{"text":"hi"}],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}';
 
@@ -178,6 +184,42 @@ test("a client that disconnects while queued leaves the queue at once", { timeou
     await r.body.text();
     assert.equal(up.hits("/v1/completions"), 1, "the abandoned request was never sent");
   } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("concurrency-detector: a request waits while the pool's in-flight limit is reached, and goes when one completes", {
+  timeout: 30_000,
+}, async () => {
+  const held: Array<() => void> = [];
+  const up = await startFake({
+    "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics({ waiting: 0, kv: 0.1 })),
+    "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList("m")),
+    "POST /v1/completions": (_q, res) =>
+      void held.push(() => {
+        if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(USAGE);
+      }),
+  });
+  const config = SHIPPED.replace("maxConcurrency: 100", "maxConcurrency: 1");
+  const gw = await startGateway({ endpoints: up.id, config, scrapeIntervalMs: 10, log: () => {} });
+  try {
+    await waitFor(() => (gw.gateway.data.store.get(up.id)?.models?.length ?? 0) > 0, "models");
+    const first = complete(gw, { "x-gateway-inference-fairness-id": "t1" });
+    await waitFor(() => held.length === 1, "first request at the replica");
+    const second = complete(gw, { "x-gateway-inference-fairness-id": "t2" });
+    await waitQueued(gw, 1); // 1 in flight / (1 endpoint · maxConcurrency 1) = 1: saturated
+    assert.equal(up.hits("/v1/completions"), 1);
+    held[0]();
+    assert.equal((await first).statusCode, 200);
+    await waitFor(() => held.length === 2, "second request dispatched after the first completed");
+    await waitQueued(gw, 0);
+    held[1]();
+    const r = await second;
+    assert.equal(r.statusCode, 200);
+    await r.body.text();
+  } finally {
+    for (const h of held.splice(0)) h();
     await gw.close();
     await up.close();
   }

@@ -84,9 +84,9 @@ describe("shipped and reference configs load", () => {
         [-10, 50, "round-robin", "fcfs"],
       ],
     );
-    assert.equal(flow.config.saturationDetector, "utilization-detector");
+    assert.equal(flow.config.saturationDetector, "concurrency-detector");
     assert.equal(
-      flow.config.plugins.find((p) => p.name === "utilization-detector")?.parameters.queueDepthThreshold,
+      flow.config.plugins.find((p) => p.name === "concurrency-detector")?.parameters.maxConcurrency,
       15,
     );
   });

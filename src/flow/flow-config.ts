@@ -182,6 +182,11 @@ export function resolveFlowControl(
   detector: string,
   warnings: string[],
 ): FlowControlSettings | null {
+  const det = plugins.find((p) => p.name === detector);
+  if (det?.type === "concurrency-detector" && !gates[FLOW_CONTROL_GATE])
+    throw new ConfigError(
+      `saturation detector "${detector}" (concurrency-detector) counts requests in flight through flow control; add featureGates: [${FLOW_CONTROL_GATE}], or use utilization-detector`,
+    );
   if (!gates[FLOW_CONTROL_GATE]) {
     if (section !== undefined && section !== null)
       warnings.push(

@@ -13,7 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
-import { admit } from "./flow-gate.ts";
+import { admit, releaseFlow } from "./flow-gate.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";
@@ -191,6 +191,7 @@ export async function decide(
     });
   const fail = (err: GatewayError, outcome: Outcome): DecideResult => {
     m.requestErrorTotal.inc({ ...labels, error_code: err.code });
+    releaseFlow(gw, p);
     return { ok: false, error: err, outcome };
   };
 

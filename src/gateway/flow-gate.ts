@@ -13,6 +13,7 @@
  */
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
+import { ConcurrencyDetector } from "../flow/concurrency-detector.ts";
 import { FlowController, type FlowRequest, type FlowsView, type Rejection } from "../flow/flow-control.ts";
 import type { Prepared } from "./decide.ts";
 import { hostOf } from "./decide.ts";
@@ -46,11 +47,15 @@ export class FlowGate {
   readonly #inflight = new Map<string, { req: FlowRequest; at: number }>();
   #timer: ReturnType<typeof setInterval> | null = null;
   #lastSweep = 0;
+  /** concurrency-detector: saturation from this gate's own in-flight requests. */
+  readonly #concurrency: ConcurrencyDetector | null;
   lastSaturation = 0;
 
   constructor(gw: Gateway, routing: Routing) {
     this.#gw = gw;
     this.#routing = routing;
+    const d = routing.scheduler.plugins.get(routing.scheduler.config.saturationDetector);
+    this.#concurrency = d instanceof ConcurrencyDetector ? d : null;
     this.controller = new FlowController(
       routing.scheduler.config.flowControl as NonNullable<Routing["scheduler"]["config"]["flowControl"]>,
     );
@@ -60,7 +65,12 @@ export class FlowGate {
   saturation(now: number): { value: number; empty: boolean } {
     const c = this.#gw.data.store.candidates(null, now);
     const eps = c.ok ? c.candidates : [];
-    const value = this.#routing.admission.detector.saturation(eps, now);
+    let value: number;
+    if (this.#concurrency) {
+      let tokens = 0;
+      for (const f of this.#inflight.values()) tokens += f.req.promptTokens;
+      value = this.#concurrency.saturation(this.#inflight.size, tokens, eps.length);
+    } else value = this.#routing.admission.detector.saturation(eps, now);
     this.lastSaturation = value;
     return { value, empty: eps.length === 0 };
   }
@@ -132,6 +142,11 @@ export class FlowGate {
       clearInterval(this.#timer);
       this.#timer = null;
     }
+  }
+
+  /** A dispatched request was not served after all (its scheduling failed): no longer in flight. */
+  release(requestId: string): void {
+    if (this.#inflight.delete(requestId) && this.controller.size > 0) this.pump();
   }
 
   /** A dispatched request's response ended: charge its tokens to its flow and re-check the gate. */
@@ -231,6 +246,11 @@ export async function admit(
       reason: "rejected-no-endpoints",
     });
   return null;
+}
+
+/** decide() failed after admission: the request, if flow control dispatched it, is not in flight. */
+export function releaseFlow(gw: Gateway, p: { routing: Routing; facts: { requestId: string } }): void {
+  flowGateOf(gw, p.routing)?.release(p.facts.requestId);
 }
 
 /** A decided request's response ended: its usage (scanned from the body) goes to its gate. */

@@ -4,6 +4,7 @@
  * can build their own. Known llm-d types kvgate does not implement are listed so configs naming
  * them fail with a clear "not implemented" instead of "unknown type".
  */
+import { concurrencyDetectorSpec } from "../flow/concurrency-detector.ts";
 import { FLOW_POLICY_SPECS } from "../flow/policies.ts";
 import { utilizationDetectorSpec } from "../flow/utilization-detector.ts";
 import type { PluginSpec } from "./plugin-spec.ts";
@@ -138,6 +139,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   alwaysPdDeciderSpec,
   transferCostDeciderSpec,
   utilizationDetectorSpec,
+  concurrencyDetectorSpec,
   ...FLOW_POLICY_SPECS,
 ];
 
@@ -151,7 +153,6 @@ export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
   "lora-affinity-scorer": "LoRA-aware routing is not implemented",
   "context-length-aware": "context-length-aware routing is not implemented",
   "utilization-filter": "not implemented; utilization-detector can be used as a filter",
-  "concurrency-detector": "not implemented; use utilization-detector",
   "probabilistic-admitter": "not implemented; kvgate sheds sheddable requests at saturation ≥ 1",
   "data-parallel-profile-handler": "not implemented",
   "header-profile-handler": "not implemented",
