@@ -4,7 +4,7 @@
  * sent to the replica) and is served once the replica's scraped queue drains; its response usage is
  * charged to its tenant; a full sheddable band answers 429 with llm-d's dropped-reason header; a
  * client that disconnects while queued leaves the queue; with concurrency-detector the gate opens when
- * a request in flight completes.
+ * a request in flight completes; a gateway shutting down answers what is queued with 503.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -220,6 +220,26 @@ test("concurrency-detector: a request waits while the pool's in-flight limit is 
     await r.body.text();
   } finally {
     for (const h of held.splice(0)) h();
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("a gateway that shuts down answers what is queued with 503 rejected-shutting-down", {
+  timeout: 30_000,
+}, async () => {
+  const { up, gw } = await setup();
+  try {
+    const pending = complete(gw, { "x-gateway-inference-fairness-id": "tenant-c" });
+    await waitQueued(gw, 1);
+    const closing = gw.close();
+    const r = await pending;
+    assert.equal(r.statusCode, 503);
+    assert.equal(r.headers["x-llm-d-request-dropped-reason"], "rejected-shutting-down");
+    assert.equal(JSON.parse(await r.body.text()).error.code, 503);
+    await closing;
+    assert.equal(up.hits("/v1/completions"), 0);
+  } finally {
     await gw.close();
     await up.close();
   }

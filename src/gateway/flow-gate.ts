@@ -32,6 +32,13 @@ const EXPIRY_SWEEP_S = 0.1;
 /** Dispatched requests whose response never reported back are forgotten after this (seconds). */
 const INFLIGHT_FORGET_S = 3600;
 
+interface InFlight {
+  req: FlowRequest;
+  at: number;
+  gate: FlowGate;
+}
+const inflightByGateway = new WeakMap<Gateway, Map<string, InFlight>>();
+
 type Outcome = { ok: true } | { ok: false; rejection: Rejection | null };
 
 interface Waiter {
@@ -44,16 +51,19 @@ export class FlowGate {
   readonly #gw: Gateway;
   readonly #routing: Routing;
   readonly #waiters = new Map<string, Waiter>();
-  readonly #inflight = new Map<string, { req: FlowRequest; at: number }>();
+  /** Dispatched and not yet finished, shared by every routing's gate of this gateway (reloads). */
+  readonly #inflight: Map<string, InFlight>;
   #timer: ReturnType<typeof setInterval> | null = null;
   #lastSweep = 0;
   /** concurrency-detector: saturation from this gate's own in-flight requests. */
   readonly #concurrency: ConcurrencyDetector | null;
-  lastSaturation = 0;
 
   constructor(gw: Gateway, routing: Routing) {
     this.#gw = gw;
     this.#routing = routing;
+    let shared = inflightByGateway.get(gw);
+    if (!shared) inflightByGateway.set(gw, (shared = new Map()));
+    this.#inflight = shared;
     const d = routing.scheduler.plugins.get(routing.scheduler.config.saturationDetector);
     this.#concurrency = d instanceof ConcurrencyDetector ? d : null;
     this.controller = new FlowController(
@@ -61,7 +71,7 @@ export class FlowGate {
     );
   }
 
-  /** Pool saturation (utilization detector over every ready endpoint) and whether the pool is empty. */
+  /** Pool saturation (the configured detector over every ready endpoint) and whether the pool is empty. */
   saturation(now: number): { value: number; empty: boolean } {
     const c = this.#gw.data.store.candidates(null, now);
     const eps = c.ok ? c.candidates : [];
@@ -71,7 +81,6 @@ export class FlowGate {
       for (const f of this.#inflight.values()) tokens += f.req.promptTokens;
       value = this.#concurrency.saturation(this.#inflight.size, tokens, eps.length);
     } else value = this.#routing.admission.detector.saturation(eps, now);
-    this.lastSaturation = value;
     return { value, empty: eps.length === 0 };
   }
 
@@ -129,7 +138,7 @@ export class FlowGate {
     }
     for (let d = this.controller.dispatch(now, sat.value); d; d = this.controller.dispatch(now, sat.value)) {
       m.outcome(d.request, d.outcome, d.waited);
-      this.#inflight.set(d.request.id, { req: d.request, at: now });
+      this.#inflight.set(d.request.id, { req: d.request, at: now, gate: this });
       this.#settle(d.request.id, { ok: true });
       sat = this.saturation(now);
     }
@@ -144,18 +153,19 @@ export class FlowGate {
     }
   }
 
-  /** A dispatched request was not served after all (its scheduling failed): no longer in flight. */
-  release(requestId: string): void {
-    if (this.#inflight.delete(requestId) && this.controller.size > 0) this.pump();
-  }
-
-  /** A dispatched request's response ended: charge its tokens to its flow and re-check the gate. */
-  completed(requestId: string, usage: { promptTokens?: number; outputTokens: number }): void {
+  /**
+   * A dispatched request finished (usage given: its response ended, charged to the flow of the gate
+   * that dispatched it) or was never served (no usage: its scheduling failed). Re-checks the gate.
+   */
+  finished(requestId: string, usage: { promptTokens?: number; outputTokens: number } | null): void {
     const f = this.#inflight.get(requestId);
     if (!f) return;
     this.#inflight.delete(requestId);
-    const correction = usage.promptTokens === undefined ? 0 : usage.promptTokens - f.req.promptTokens;
-    this.controller.completed(f.req.fairnessId, f.req.priority, usage.outputTokens, correction);
+    if (usage) {
+      const correction = usage.promptTokens === undefined ? 0 : usage.promptTokens - f.req.promptTokens;
+      f.gate.controller.completed(f.req.fairnessId, f.req.priority, usage.outputTokens, correction);
+    }
+    if (f.gate !== this && f.gate.controller.size > 0) f.gate.pump();
     if (this.controller.size > 0) this.pump();
   }
 
@@ -250,7 +260,7 @@ export async function admit(
 
 /** decide() failed after admission: the request, if flow control dispatched it, is not in flight. */
 export function releaseFlow(gw: Gateway, p: { routing: Routing; facts: { requestId: string } }): void {
-  flowGateOf(gw, p.routing)?.release(p.facts.requestId);
+  flowGateOf(gw, p.routing)?.finished(p.facts.requestId, null);
 }
 
 /** A decided request's response ended: its usage (scanned from the body) goes to its gate. */
@@ -263,7 +273,7 @@ export function reportUsage(
 ): void {
   const gate = flowGateOf(gw, routing);
   if (gate === null) return;
-  gate.completed(requestId, {
+  gate.finished(requestId, {
     outputTokens: usage.completionTokens ?? events,
     ...(usage.promptTokens === null ? {} : { promptTokens: usage.promptTokens }),
   });
