@@ -4,21 +4,20 @@
  * then is scheduled against the endpoints as they are at that moment (late binding, as llm-d).
  * The gate is re-checked on a short timer while anything is queued, and whenever a response
  * completes; a client that disconnects while queued leaves the queue at once; a draining gateway
- * rejects what is queued (503 rejected-shutting-down). The response's token usage (or, for a stream
- * without usage, its event count) is reported back so token-weighted fairness (VTC) charges output.
+ * rejects what is queued (503 rejected-shutting-down). The response's token usage is reported back
+ * (flow-usage.ts) so token-weighted fairness (VTC) charges output.
  * Without the gate, llm-d's legacy admission applies unchanged (429 for a sheddable request at
  * saturation ≥ 1). The fairness id (x-llm-d-inference-fairness-id, alias
  * x-gateway-inference-fairness-id; else the objective's name; else "default-flow") only picks the
  * queue a request waits in, never an endpoint.
  */
-import type { IncomingHttpHeaders, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { ConcurrencyDetector } from "../flow/concurrency-detector.ts";
 import { FlowController, type FlowRequest, type FlowsView, type Rejection } from "../flow/flow-control.ts";
 import type { Prepared } from "./decide.ts";
 import { hostOf } from "./decide.ts";
 import { GatewayError } from "./errors.ts";
-import { UsageScanner } from "./ext-proc/response-body.ts";
 import { flowMetricsOf } from "./flow-metrics.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
@@ -261,56 +260,4 @@ export async function admit(
 /** decide() failed after admission: the request, if flow control dispatched it, is not in flight. */
 export function releaseFlow(gw: Gateway, p: { routing: Routing; facts: { requestId: string } }): void {
   flowGateOf(gw, p.routing)?.finished(p.facts.requestId, null);
-}
-
-/** A decided request's response ended: its usage (scanned from the body) goes to its gate. */
-export function reportUsage(
-  gw: Gateway,
-  routing: Routing,
-  requestId: string,
-  usage: { promptTokens: number | null; completionTokens: number | null },
-  events = 0,
-): void {
-  const gate = flowGateOf(gw, routing);
-  if (gate === null) return;
-  gate.finished(requestId, {
-    outputTokens: usage.completionTokens ?? events,
-    ...(usage.promptTokens === null ? {} : { promptTokens: usage.promptTokens }),
-  });
-}
-
-/**
- * Watches what the gateway writes to the client for the response's usage, and reports it to the
- * request's gate when the response ends. Returns the function to call then (a no-op without flow
- * control). A stream without a usage block counts one output token per data event.
- */
-export function watchUsage(
-  gw: Gateway,
-  routing: Routing,
-  requestId: string,
-  res: ServerResponse,
-): () => void {
-  if (flowGateOf(gw, routing) === null) return () => {};
-  const usage = new UsageScanner();
-  let events = 0;
-  const scan = (chunk: unknown) => {
-    if (typeof chunk !== "string" && !(chunk instanceof Uint8Array)) return;
-    const b =
-      typeof chunk === "string"
-        ? Buffer.from(chunk)
-        : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
-    usage.push(b);
-    events += b.toString("latin1").match(/(^|\n)data: ?(?!\[DONE\])/g)?.length ?? 0;
-  };
-  const write = res.write.bind(res) as (...a: unknown[]) => boolean;
-  res.write = ((...a: unknown[]) => {
-    scan(a[0]);
-    return write(...a);
-  }) as typeof res.write;
-  const end = res.end.bind(res) as (...a: unknown[]) => ServerResponse;
-  res.end = ((...a: unknown[]) => {
-    if (typeof a[0] !== "function") scan(a[0]);
-    return end(...a);
-  }) as typeof res.end;
-  return () => reportUsage(gw, routing, requestId, usage, events);
 }

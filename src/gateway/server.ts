@@ -12,7 +12,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
-import { watchUsage } from "./flow-gate.ts";
+import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
 import { forwardRequestHeaders, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";

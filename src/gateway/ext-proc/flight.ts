@@ -9,7 +9,7 @@
  */
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { Decision } from "../decide.ts";
-import { reportUsage } from "../flow-gate.ts";
+import { reportUsage } from "../flow-usage.ts";
 import type { Gateway } from "../gateway.ts";
 import { encodeSessionToken } from "../routing.ts";
 import { first, type Headers, setHeader, streamedBody } from "./messages.ts";
