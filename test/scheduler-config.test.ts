@@ -65,15 +65,28 @@ describe("shipped and reference configs load", () => {
     });
   });
 
-  it("chart data-layer plugins and ignored sections load with warnings", () => {
+  it("chart data-layer plugins load with warnings; llm-d's flow-control example takes effect", () => {
     const { warnings } = loadConfig(readFileSync("test/fixtures/epp/chart-default.yaml", "utf8"));
     assert.ok(warnings.some((w) => w.includes("metrics-data-source")));
     const flow = loadConfig(readFileSync("test/fixtures/epp/flow-control.yaml", "utf8"));
-    for (const s of ["flowControl", "saturationDetector"])
-      assert.ok(flow.warnings.some((w) => w.includes(`"${s}"`)));
-    assert.equal(flow.config.saturationDetector, "utilization-detector");
+    assert.ok(
+      !flow.warnings.some((w) => /flowControl|fairness-policy|ordering-policy/.test(w)),
+      flow.warnings.join("\n"),
+    );
+    const fc = flow.config.flowControl;
+    assert.equal(fc?.maxRequests, 1000);
+    assert.equal(fc?.maxBytes, 10 * 2 ** 30);
+    assert.deepEqual(
+      fc?.bands.map((b) => [b.priority, b.maxRequests, b.fairness.kind, b.ordering]),
+      [
+        [100, 500, "round-robin", "fcfs"],
+        [0, 200, "round-robin", "fcfs"],
+        [-10, 50, "round-robin", "fcfs"],
+      ],
+    );
+    assert.equal(flow.config.saturationDetector, "concurrency-detector");
     assert.equal(
-      flow.config.plugins.find((p) => p.name === "utilization-detector")?.parameters.queueDepthThreshold,
+      flow.config.plugins.find((p) => p.name === "concurrency-detector")?.parameters.maxConcurrency,
       15,
     );
   });
@@ -156,7 +169,10 @@ describe("defaulting (effective config)", () => {
       `${HEAD}featureGates: [flowControl, haPopulateNonLeaderDatastore=false]\nplugins:\n- type: random-picker\n`,
     );
     assert.deepEqual(config.featureGates, { flowControl: true, haPopulateNonLeaderDatastore: false });
-    assert.ok(warnings.some((w) => w.includes("flowControl")));
+    assert.ok(!warnings.some((w) => w.includes("flowControl")), warnings.join("\n"));
+    // The gate alone turns flow control on with llm-d's defaults.
+    assert.equal(config.flowControl?.defaultRequestTTL, 60);
+    assert.deepEqual(config.flowControl?.defaultBand.fairness, { kind: "global-strict" });
   });
 });
 

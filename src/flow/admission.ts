@@ -52,7 +52,7 @@ export function admissionFromConfig(config: EffectiveConfig): {
   const d = config.plugins.find((p) => p.name === config.saturationDetector);
   if (d === undefined || d.type !== UTILIZATION_DETECTOR_TYPE) {
     throw new Error(
-      `saturation detector "${config.saturationDetector}" is not a ${UTILIZATION_DETECTOR_TYPE}`,
+      `saturation detector "${config.saturationDetector}" is a ${d?.type ?? "missing plugin"}: here (the simulator, legacy admission) only ${UTILIZATION_DETECTOR_TYPE} is implemented; use it, or run the config with kvgate serve / kvgate epp`,
     );
   }
   const detector = new UtilizationDetector(d.name, d.parameters as Partial<UtilizationParams>);

@@ -10,6 +10,8 @@
  *                    the blocks each candidate matched; nothing is forwarded
  *   POST /reload     re-read the endpoints file and the config file; a bad one is rejected, old kept
  *   GET  /metrics    the gateway's own Prometheus metrics
+ *   GET  /flows      flow control's queue (flowControl gate): per priority band and flow, depth,
+ *                    bytes, age of the oldest request, tokens served; and the pool saturation
  *   GET  /config     the effective EndpointPickerConfig
  *   GET  /health
  */
@@ -21,6 +23,8 @@ import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-prod
 import type { ScheduleResult } from "../scheduler/types.ts";
 import { fillEndpointTokenIds, prepare } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
+import { fairnessIdOf, flowGateOf } from "./flow-gate.ts";
+import { flowMetricsOf } from "./flow-metrics.ts";
 import type { Gateway } from "./gateway.ts";
 import type { KvEventsEndpointView } from "./kv-events.ts";
 import { type ApiRoute, readBody } from "./request-body.ts";
@@ -71,7 +75,12 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       });
       return json(res, 200, { endpoints, ready: gw.data.store.readyCount(now) });
     }
+    case "GET /flows": {
+      const gate = flowGateOf(gw);
+      return json(res, 200, gate ? { enabled: true, ...gate.snapshot() } : { enabled: false });
+    }
     case "GET /metrics": {
+      if (flowGateOf(gw)) flowMetricsOf(gw);
       updateGauges(gw);
       const text = await gw.metrics.text();
       res.writeHead(200, { "content-type": gw.metrics.registry.contentType }).end(text);
@@ -116,7 +125,16 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
   const route = explainRoute(url, body);
   const p = prepare(gw, route, body, req.headers);
   if (gw.endpointTokenizer) await fillEndpointTokenIds(gw, p);
-  const admission = p.routing.admission.admit(p.facts, p.candidates, p.now);
+  const gate = flowGateOf(gw, p.routing);
+  const admission = gate
+    ? {
+        flowControl: true,
+        fairnessId: fairnessIdOf(req.headers),
+        priority: p.facts.priority,
+        saturation: gate.saturation(p.now).value,
+        queued: gate.controller.size,
+      }
+    : p.routing.admission.admit(p.facts, p.candidates, p.now);
   const result = p.routing.scheduler.schedule(p.facts, p.candidates, p.now, { explain: true });
   const ex = result.explanation;
   const primary = ex?.profiles[result.primaryProfile];

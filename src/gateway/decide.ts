@@ -13,6 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
+import { admit, releaseFlow } from "./flow-gate.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";
@@ -39,6 +40,8 @@ export interface DecideOptions {
   objectives?: ReadonlyMap<string, number>;
   /** The body's size in bytes when `body` is its decoded text. */
   bodyBytes?: number;
+  /** Aborted when the client goes away: a request queued by flow control leaves the queue at once. */
+  signal?: AbortSignal;
 }
 
 export interface Prepared {
@@ -181,14 +184,12 @@ export async function decide(
     if (!(err instanceof GatewayError)) throw err;
     return { ok: false, error: err, outcome: outcomeOf(err) };
   }
-  const { routing, now, facts, candidates, rewrite, parsed } = p;
+  const { routing, facts, rewrite, parsed } = p;
   const m = gw.metrics;
   const labels = m.labels(parsed.model, facts.priority, facts.model);
   m.requestTotal.inc(labels);
-  m.requestSize.observe(
-    labels,
-    opts.bodyBytes ?? (typeof body === "string" ? Buffer.byteLength(body) : body.length),
-  );
+  const bytes = opts.bodyBytes ?? (typeof body === "string" ? Buffer.byteLength(body) : body.length);
+  m.requestSize.observe(labels, bytes);
   if (rewrite)
     m.modelRewrites.inc({
       model_rewrite_name: rewrite.rewriteName,
@@ -197,11 +198,14 @@ export async function decide(
     });
   const fail = (err: GatewayError, outcome: Outcome): DecideResult => {
     m.requestErrorTotal.inc({ ...labels, error_code: err.code });
+    releaseFlow(gw, p);
     return { ok: false, error: err, outcome };
   };
 
-  const adm = routing.admission.admit(facts, candidates, now);
-  if (!adm.admitted) return fail(new GatewayError(429, adm.message, { reason: adm.reason }), "rejected");
+  // Legacy admission, or waiting in the flow-control queue (which refreshes p.candidates and p.now).
+  const denied = await admit(gw, p, headers, { signal: opts.signal, bytes, subset: opts.subset });
+  if (denied) return fail(denied, "rejected");
+  const { now, candidates } = p;
 
   const before = prefixCounters(routing);
   const ts = performance.now();

@@ -15,6 +15,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
+import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
 import { forwardRequestHeaders, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";
@@ -108,7 +109,7 @@ async function proxyRequest(
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(err, "bad-request");
   }
-  const d = await decide(gw, route, body, req.headers);
+  const d = await decide(gw, route, body, req.headers, { signal: ac.signal });
   if (!d.ok) {
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(d.error, d.outcome);
@@ -134,6 +135,7 @@ async function proxyRequest(
     res.setHeader(PD_HEADER, pdDecision === "prefill-decode" ? "decode-only" : pdDecision);
 
   m.requestRunning.inc(labels);
+  const usageSeen = watchUsage(gw, routing, facts.requestId, res);
   let served: string | null = null;
   let firstByteAt = 0;
   let out: Awaited<ReturnType<typeof forward>>;
@@ -204,6 +206,7 @@ async function proxyRequest(
   } finally {
     routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds());
     m.requestRunning.dec(labels);
+    usageSeen();
   }
   if (firstByteAt) m.ttft.observe({ ...labels, streaming: String(facts.stream) }, (firstByteAt - t0) / 1000);
   switch (out.kind) {

@@ -5,7 +5,7 @@
  * dangling references are ConfigErrors naming the culprit). Older GIE / llm-d plugin names and
  * parameters are rewritten to today's by legacy-config.ts, with a warning each. Defaulting is done
  * in one place, effectiveConfig() in defaults.ts. Sections kvgate does not implement load with a
- * warning.
+ * warning. `flowControl` (with the flowControl feature gate) is resolved by src/flow/flow-config.ts.
  */
 import { parseAllDocuments } from "yaml";
 import type { EffectiveConfig } from "./defaults.ts";
@@ -23,24 +23,20 @@ export const LEGACY_API_VERSION = "inference.networking.x-k8s.io/v1alpha1";
 export const KIND = "EndpointPickerConfig";
 
 /** Accepted so llm-d configs load unchanged, but not acted on: each yields a warning. */
-export const IGNORED_SECTIONS = [
-  "dataLayer",
-  "flowControl",
-  "requestHandler",
-  "saturationDetector",
-  "parser",
-];
+export const IGNORED_SECTIONS = ["dataLayer", "requestHandler", "parser"];
 const TOP_LEVEL = [
   "apiVersion",
   "kind",
   "featureGates",
   "plugins",
   "schedulingProfiles",
+  "flowControl",
+  "saturationDetector",
   ...IGNORED_SECTIONS,
 ];
 /** Feature gates kvgate knows; others warn. */
 const KNOWN_GATES: Record<string, string | null> = {
-  flowControl: "flow control is not implemented; requests are admitted by saturation only",
+  flowControl: null,
   haPopulateNonLeaderDatastore: null,
 };
 
@@ -61,6 +57,10 @@ export interface RawConfig {
   plugins: RawPlugin[];
   schedulingProfiles: RawProfile[] | null;
   objectives: Record<string, number>;
+  /** The flowControl section as written (resolved in effectiveConfig), undefined when absent. */
+  flowControl?: unknown;
+  /** Deprecated top-level saturationDetector.pluginRef (llm-d: use flowControl.saturationDetector). */
+  saturationDetectorRef?: string;
 }
 
 export interface LoadedConfig {
@@ -131,12 +131,24 @@ function parseEndpointPickerConfig(
     if (doc[s] !== undefined)
       warnings.push(`section "${s}" is accepted but not implemented by kvgate; it has no effect`);
   }
-  return {
+  const out: Omit<RawConfig, "objectives"> = {
     apiVersion: apiVersion as string,
     featureGates: parseFeatureGates(doc.featureGates, warnings),
     plugins: parsePlugins(doc.plugins),
     schedulingProfiles: doc.schedulingProfiles === undefined ? null : parseProfiles(doc.schedulingProfiles),
   };
+  if (doc.flowControl !== undefined) out.flowControl = doc.flowControl;
+  const sd = doc.saturationDetector;
+  if (sd !== undefined && sd !== null) {
+    if (
+      !isRecord(sd) ||
+      Object.keys(sd).some((k) => k !== "pluginRef") ||
+      typeof (sd.pluginRef ?? "") !== "string"
+    )
+      throw new ConfigError("saturationDetector: expected { pluginRef: <saturation detector plugin name> }");
+    if (typeof sd.pluginRef === "string" && sd.pluginRef !== "") out.saturationDetectorRef = sd.pluginRef;
+  }
+  return out;
 }
 
 function parseFeatureGates(v: unknown, warnings: string[]): Record<string, boolean> {

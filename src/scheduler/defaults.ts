@@ -11,6 +11,8 @@
  */
 import { stringify } from "yaml";
 import type { ZodError, ZodType } from "zod";
+import { resolveFlowControl } from "../flow/flow-config.ts";
+import type { FlowControlSettings } from "../flow/flow-control.ts";
 import type { RawConfig, RawPlugin } from "./config.ts";
 import { ConfigError } from "./errors.ts";
 import { LEGACY_PARAMS, LEGACY_TYPES } from "./legacy-config.ts";
@@ -44,6 +46,8 @@ export interface EffectiveConfig {
   saturationDetector: string;
   /** InferenceObjective name → priority. */
   objectives: Record<string, number>;
+  /** Flow control in force (the flowControl gate on), else null: legacy admission. */
+  flowControl: FlowControlSettings | null;
 }
 
 const PROFILE_KINDS: PluginKind[] = ["filter", "scorer", "picker", "saturation-detector", "producer"];
@@ -154,6 +158,17 @@ export function effectiveConfig(
   const saturationDetector = pickOne(plugins, "saturation-detector", () =>
     add("utilization-detector", "admission"),
   );
+  if (raw.saturationDetectorRef !== undefined && raw.saturationDetectorRef !== saturationDetector.name)
+    throw new ConfigError(
+      `saturationDetector.pluginRef "${raw.saturationDetectorRef}" is not the configured saturation detector ("${saturationDetector.name}"); name that plugin`,
+    );
+  const flowControl = resolveFlowControl(
+    raw.flowControl,
+    raw.featureGates,
+    plugins,
+    saturationDetector.name,
+    warnings,
+  );
 
   return {
     apiVersion: raw.apiVersion,
@@ -164,6 +179,7 @@ export function effectiveConfig(
     profileHandler: profileHandler.name,
     saturationDetector: saturationDetector.name,
     objectives: raw.objectives,
+    flowControl,
   };
 }
 

@@ -4,6 +4,8 @@
  * can build their own. Known llm-d types kvgate does not implement are listed so configs naming
  * them fail with a clear "not implemented" instead of "unknown type".
  */
+import { concurrencyDetectorSpec } from "../flow/concurrency-detector.ts";
+import { FLOW_POLICY_SPECS } from "../flow/policies.ts";
 import { utilizationDetectorSpec } from "../flow/utilization-detector.ts";
 import type { PluginSpec } from "./plugin-spec.ts";
 import {
@@ -137,6 +139,8 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   alwaysPdDeciderSpec,
   transferCostDeciderSpec,
   utilizationDetectorSpec,
+  concurrencyDetectorSpec,
+  ...FLOW_POLICY_SPECS,
 ];
 
 /** llm-d plugin types kvgate recognises but does not implement (yet). Older names are in legacy-config.ts. */
@@ -149,7 +153,6 @@ export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
   "lora-affinity-scorer": "LoRA-aware routing is not implemented",
   "context-length-aware": "context-length-aware routing is not implemented",
   "utilization-filter": "not implemented; utilization-detector can be used as a filter",
-  "concurrency-detector": "not implemented; use utilization-detector",
   "probabilistic-admitter": "not implemented; kvgate sheds sheddable requests at saturation ≥ 1",
   "data-parallel-profile-handler": "not implemented",
   "header-profile-handler": "not implemented",
@@ -158,7 +161,6 @@ export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
 
 const DATA_LAYER = "kvgate's data layer (metrics scraping) is configured outside EndpointPickerConfig";
 const PARSING = "kvgate's gateway parses requests itself";
-const FLOW = "flow control is not implemented (the flowControl section is ignored)";
 
 /** llm-d plugin types that load with a warning and have no effect in kvgate. */
 export const IGNORED: Readonly<Record<string, string>> = {
@@ -172,14 +174,8 @@ export const IGNORED: Readonly<Record<string, string>> = {
   "passthrough-parser": PARSING,
   "disagg-headers-handler": "kvgate's gateway writes x-prefiller-host-port from the prefill profile's target",
   "prefill-header-handler": "kvgate's gateway writes x-prefiller-host-port from the prefill profile's target",
-  "fcfs-ordering-policy": FLOW,
-  "edf-ordering-policy": FLOW,
-  "slo-deadline-ordering-policy": FLOW,
-  "global-strict-fairness-policy": FLOW,
-  "round-robin-fairness-policy": FLOW,
-  "static-usage-limit-policy": FLOW,
-  "priority-holdback-policy": FLOW,
-  "soft-reflective-ceiling-policy": FLOW,
+  "soft-reflective-ceiling-policy":
+    "not implemented; a usageLimitPolicyPluginRef naming it is an error (use static-usage-limit-policy or priority-holdback-policy)",
 };
 
 export function builtinRegistry(): PluginRegistry {

@@ -9,6 +9,7 @@
  */
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import type { Decision } from "../decide.ts";
+import { reportUsage } from "../flow-usage.ts";
 import type { Gateway } from "../gateway.ts";
 import { encodeSessionToken } from "../routing.ts";
 import { first, type Headers, setHeader, streamedBody } from "./messages.ts";
@@ -83,6 +84,7 @@ export class Flight {
     const m = this.#gw.metrics;
     d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds());
     m.requestRunning.dec(d.labels);
+    reportUsage(this.#gw, d.routing, d.facts.requestId, this.#usage);
     if (!natural) return;
     m.requestDuration.observe(d.labels, (performance.now() - this.#t0) / 1000);
     m.responseSize.observe(d.labels, this.#bytes);

@@ -73,6 +73,8 @@ export class ProcessStream {
   readonly #ctx: EppContext;
   readonly #io: StreamIo;
   #phase: Phase = "request-headers";
+  /** Aborted when the stream goes away. */
+  readonly #gone = new AbortController();
   #queue: ProcessingRequest[] | null = null;
   #reqMode: number = BodySendMode.FULL_DUPLEX_STREAMED;
   #respMode: number = BodySendMode.FULL_DUPLEX_STREAMED;
@@ -111,6 +113,7 @@ export class ProcessStream {
     if (clean && this.#phase === "response" && this.#respMode === BodySendMode.NONE) this.#responseEnded();
     const answered = this.#phase === "response-done" || (this.#phase === "request-done" && !this.#flight);
     this.#close(!answered ? "client-disconnect" : this.#flight ? "completed" : "passthrough");
+    this.#gone.abort(); // a request still queued by flow control leaves the queue
     this.#flight?.complete(false);
     if (clean) this.#io.end();
   }
@@ -225,6 +228,7 @@ export class ProcessStream {
       rng: () => ctx.rng.next(),
       objectives: ctx.objectives(),
       bodyBytes: this.#body.bytes,
+      signal: this.#gone.signal,
     })
       .then(
         (r) => this.#applyDecision(r, end),

@@ -1,0 +1,64 @@
+/**
+ * Token usage of a response flow control dispatched, reported back to its gate when it ends, so
+ * token-weighted fairness (vtc-fairness-policy) charges what the flow was actually served: the
+ * OpenAI `usage` block's prompt and completion tokens, or for a stream without one, one output
+ * token per data event. `kvgate serve` watches what it writes to the client; `kvgate epp` passes
+ * what its ext_proc response scanner found.
+ */
+import type { ServerResponse } from "node:http";
+import { UsageScanner } from "./ext-proc/response-body.ts";
+import { flowGateOf } from "./flow-gate.ts";
+import type { Gateway } from "./gateway.ts";
+import type { Routing } from "./routing.ts";
+
+/** A decided request's response ended: its usage (scanned from the body) goes to its gate. */
+export function reportUsage(
+  gw: Gateway,
+  routing: Routing,
+  requestId: string,
+  usage: { promptTokens: number | null; completionTokens: number | null },
+  events = 0,
+): void {
+  const gate = flowGateOf(gw, routing);
+  if (gate === null) return;
+  gate.finished(requestId, {
+    outputTokens: usage.completionTokens ?? events,
+    ...(usage.promptTokens === null ? {} : { promptTokens: usage.promptTokens }),
+  });
+}
+
+/**
+ * Watches what the gateway writes to the client for the response's usage, and reports it to the
+ * request's gate when the response ends. Returns the function to call then (a no-op without flow
+ * control). A stream without a usage block counts one output token per data event.
+ */
+export function watchUsage(
+  gw: Gateway,
+  routing: Routing,
+  requestId: string,
+  res: ServerResponse,
+): () => void {
+  if (flowGateOf(gw, routing) === null) return () => {};
+  const usage = new UsageScanner();
+  let events = 0;
+  const scan = (chunk: unknown) => {
+    if (typeof chunk !== "string" && !(chunk instanceof Uint8Array)) return;
+    const b =
+      typeof chunk === "string"
+        ? Buffer.from(chunk)
+        : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+    usage.push(b);
+    events += b.toString("latin1").match(/(^|\n)data: ?(?!\[DONE\])/g)?.length ?? 0;
+  };
+  const write = res.write.bind(res) as (...a: unknown[]) => boolean;
+  res.write = ((...a: unknown[]) => {
+    scan(a[0]);
+    return write(...a);
+  }) as typeof res.write;
+  const end = res.end.bind(res) as (...a: unknown[]) => ServerResponse;
+  res.end = ((...a: unknown[]) => {
+    if (typeof a[0] !== "function") scan(a[0]);
+    return end(...a);
+  }) as typeof res.end;
+  return () => reportUsage(gw, routing, requestId, usage, events);
+}
