@@ -118,8 +118,9 @@ test("kvgate serve on a taken port names the address and the flag, without a sta
   }
 });
 
+// Seven process starts in a row: on a loaded 2-core machine each can take ~10 s.
 test("kvgate serve: bad flags, endpoints or config exit 2 with a message naming the problem", {
-  timeout: 60_000,
+  timeout: 180_000,
 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), "kvgate-serve-"));
   try {
