@@ -98,7 +98,8 @@ export class PreciseIndex {
     let bits = 0;
     for (const name of opts.sharedTiers ?? []) {
       const bit = this.tiers.bit(name);
-      if (bit === 0) throw new RangeError(`shared tier "${name}" has no weight; give it one in the tier weights`);
+      if (bit === 0)
+        throw new RangeError(`shared tier "${name}" has no weight; give it one in the tier weights`);
       if (bit === this.tiers.bit("gpu")) throw new RangeError("the gpu tier cannot be shared");
       bits |= bit;
       this.sharedEp.set(bit, this.endpoint(`${SHARED_PREFIX}${name.toLowerCase()}`));
@@ -657,7 +658,7 @@ export class PreciseIndex {
     const bit = this.tiers.bit(ev.medium);
     if (bit === 0) return void c.unknownMedium++;
     const n = ev.blockHashes.length;
-    if (ev.tokenIds.length === 0) return this.placeholder(ep, ev, bit);
+    if (ev.tokenIds.length === 0) return void this.placeholder(ep, ev, bit);
     const at = this.targetOf(ep, bit);
     const B = this.keyer.blockSize;
     if (ev.blockSize !== B) return void c.blockSizeMismatch++;

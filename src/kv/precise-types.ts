@@ -146,7 +146,8 @@ export class TierTable {
     for (const [name, w] of Object.entries(weights)) {
       if (!(Number.isFinite(w) && w >= 0)) throw new RangeError(`tier weight ${name}: ${w}`);
       const key = name.toLowerCase();
-      if (this.bits.has(key)) throw new RangeError(`tier ${name} is listed twice (names are case-insensitive)`);
+      if (this.bits.has(key))
+        throw new RangeError(`tier ${name} is listed twice (names are case-insensitive)`);
       if (this.bits.size >= MAX_TIERS) throw new RangeError(`at most ${MAX_TIERS} tiers`);
       const t = 1 << this.bits.size;
       this.bits.set(key, t);
