@@ -423,8 +423,14 @@ export class PreciseIndex {
     const { eLink, eExp } = s;
     const weight = this.tiers.weight;
     const sharedEps = new Set(this.sharedEp.values());
+    // Candidates the index has never heard from (-1) hold nothing locally: they get the shared run.
+    let unknown = false;
+    for (let j = 0; j < m; j++) if (eps[j] < 0) unknown = true;
+    let sharedAlive = unknown;
+    let sharedBlocks = 0;
+    let sharedScore = 0;
     let k = NIL;
-    for (let i = 0; i < n && alive.length > 0; i++) {
+    for (let i = 0; i < n && (alive.length > 0 || sharedAlive); i++) {
       k = i === 0 ? keyTab.find(k32[lo], k32[hi]) : keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
       if (k === NIL) break;
       const want = base + i;
@@ -433,6 +439,10 @@ export class PreciseIndex {
         const epf = eLink[2 * e + 1];
         if (sharedEps.has(epf & 0xffffff)) sharedW = Math.max(sharedW, weight[epf >>> 24]);
       }
+      if (sharedAlive && sharedW > 0) {
+        sharedBlocks++;
+        sharedScore += sharedW;
+      } else sharedAlive = false;
       for (let e = keyTab.rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
         const epf = eLink[2 * e + 1];
         const ep = epf & 0xffffff;
@@ -457,7 +467,14 @@ export class PreciseIndex {
     let c = 0;
     for (let j = 0; j < m; j++) {
       const ep = eps[j];
-      if (ep < 0 || tag[ep] <= base) continue;
+      if (ep < 0) {
+        if (sharedBlocks === 0) continue;
+        out.pos[c] = j;
+        out.blocks[c] = sharedBlocks;
+        out.scores[c++] = sharedScore;
+        continue;
+      }
+      if (tag[ep] <= base) continue;
       out.pos[c] = j;
       out.blocks[c] = tag[ep] - base;
       out.scores[c++] = score[ep];
