@@ -71,6 +71,20 @@ describe("precise-prefix-cache-producer tiers", () => {
     assert.equal(info.heldBlocks("a:1"), 8);
   });
 
+  it("keeps the tier weights of a deprecated precise-prefix-cache-scorer and loads llm-d's kvEventsConfig keys", async () => {
+    const { scheduler: s } = await createScheduler(
+      `${HEAD}plugins:\n- type: precise-prefix-cache-scorer\n  parameters:\n    indexerConfig:\n      kvCacheBackendConfigs: [{ name: gpu, weight: 1 }, { name: cpu, weight: 0.3 }]\n`,
+      { hasher: h },
+    );
+    const p = [...s.plugins.values()].find((x) => x instanceof PrecisePrefixProducer);
+    assert.ok(p instanceof PrecisePrefixProducer);
+    assert.deepEqual(p.tierWeights, { gpu: 1, cpu: 0.3 });
+    const { producer } = await preciseScheduler(
+      '{ kvEventsConfig: { topicFilter: "kv@", engineType: vllm, concurrency: 8, discoverPods: true, podDiscoveryConfig: { socketPort: 5556 } } }',
+    );
+    assert.equal(producer.kvEvents.socketPort, 5556);
+  });
+
   it("rejects a tier name without a weight, a missing gpu tier and duplicates at config load", async () => {
     const bad = (params: string, re: RegExp) =>
       assert.rejects(createScheduler(precise(params), { hasher: h }), re);

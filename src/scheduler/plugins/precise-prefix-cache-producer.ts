@@ -127,6 +127,10 @@ export const precisePrefixParams = z.strictObject({
   kvEventsConfig: z
     .strictObject({
       topicFilter: z.string().default("kv@"),
+      /** llm-d's; accepted, no effect: kvgate decodes vLLM's events on one event loop, per endpoint. */
+      engineType: z.literal("vllm").optional(),
+      concurrency: z.number().int().positive().optional(),
+      discoverPods: z.literal(true).optional(),
       podDiscoveryConfig: z
         .strictObject({ socketPort: port.default(5557), replaySocketPort: port.optional() })
         .default({ socketPort: 5557 }),
