@@ -33,6 +33,8 @@
  */
 import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
+import { HeldPlaceholders } from "./precise-held.ts";
+import { matchWithShared } from "./precise-shared.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
 import {
   ExpiryQueue,
@@ -78,9 +80,7 @@ export class PreciseIndex {
   /** Tier bits of the shared tiers, and per such bit the pool-wide pseudo-endpoint holding its copies. */
   private readonly sharedBits: number;
   private readonly sharedEp = new Map<number, number>();
-  /** Held placeholders: "endpoint,hash" → tier bits | span << 8, oldest first. */
-  private readonly pend = new Map<string, number>();
-  private readonly maxHeld: number;
+  private readonly holds: HeldPlaceholders;
   private readonly span0: number;
 
   constructor(opts: PreciseIndexOptions) {
@@ -89,10 +89,8 @@ export class PreciseIndex {
     this.store = new EntryStore(opts.maxEntries ?? 4_000_000);
     this.c = newCounters();
     this.tiers = new TierTable(opts.tierWeights ?? { gpu: 1.0, cpu: 0.8 });
-    this.maxHeld = opts.maxHeldPlaceholders ?? 65536;
+    this.holds = new HeldPlaceholders(opts.maxHeldPlaceholders ?? 65536);
     this.span0 = opts.placeholderSpan ?? 1;
-    if (!(Number.isInteger(this.maxHeld) && this.maxHeld >= 0))
-      throw new RangeError(`maxHeldPlaceholders must be an integer ≥ 0, got ${this.maxHeld}`);
     if (!(Number.isInteger(this.span0) && this.span0 >= 1 && this.span0 <= 256))
       throw new RangeError(`placeholderSpan must be an integer in [1, 256], got ${this.span0}`);
     let bits = 0;
@@ -135,7 +133,8 @@ export class PreciseIndex {
           this.one[0] = h;
           const e = s.findEngine(this.one32[LO], this.one32[HI], at);
           if (e === NIL || (s.flags(e) & bit) === 0) {
-            if (!this.cancelHeld(ep, h, bit)) this.c.removedUnknown++;
+            if (this.holds.cancel(ep, h, bit)) this.c.placeholderCancelled++;
+            else this.c.removedUnknown++;
             continue;
           }
           this.c.removedBlocks++;
@@ -154,7 +153,7 @@ export class PreciseIndex {
       case "AllBlocksCleared":
         this.c.clears++;
         this.store.clearEndpoint(ep);
-        this.dropHeld(ep);
+        this.holds.dropEndpoint(ep);
         return 1;
     }
   }
@@ -165,7 +164,7 @@ export class PreciseIndex {
     if (ep === undefined) return;
     this.c.resets++;
     this.store.clearEndpoint(ep);
-    this.dropHeld(ep);
+    this.holds.dropEndpoint(ep);
   }
 
   /** Drops every entry of an endpoint and forgets it. */
@@ -173,7 +172,7 @@ export class PreciseIndex {
     const ep = this.eps.get(endpointId);
     if (ep === undefined || endpointId.startsWith(SHARED_PREFIX)) return;
     this.store.clearEndpoint(ep);
-    this.dropHeld(ep);
+    this.holds.dropEndpoint(ep);
     this.eps.delete(endpointId);
     this.epModel[ep] = "";
     this.freeEps.push(ep);
@@ -189,7 +188,7 @@ export class PreciseIndex {
     this.epModel.length = 0;
     this.freeEps.length = 0;
     this.queue.clear();
-    this.pend.clear();
+    this.holds.clear();
     this.epVersion++;
   }
 
@@ -388,11 +387,7 @@ export class PreciseIndex {
     return false;
   }
 
-  /**
-   * match() when a shared tier holds copies: a block counts for a candidate if the candidate holds it
-   * or a shared tier does, at the better of the two weights. Simpler and slower than match()'s walk:
-   * per block one pass over its holders plus one over the candidates still matching.
-   */
+  /** match() when a shared tier holds copies (precise-shared.ts). */
   private matchShared(
     k32: ArrayLike<number>,
     lo: number,
@@ -401,86 +396,27 @@ export class PreciseIndex {
     eps: Int32Array,
     now: number,
   ): PrefixMatches {
-    const out = this.matches;
-    const m = eps.length;
     if (this.base + 2 * (n + 2) >= 0x7fffffff) {
       this.base = 0;
       this.tag.fill(-1);
     }
     const base = this.base;
     this.base += n + 2;
-    const { tag, score } = this;
-    const alive: number[] = [];
-    for (let j = 0; j < m; j++) {
-      const ep = eps[j];
-      if (ep < 0 || tag[ep] === base) continue;
-      tag[ep] = base;
-      score[ep] = 0;
-      alive.push(ep);
-    }
-    const s = this.store;
-    const keyTab = s.keys;
-    const { eLink, eExp } = s;
-    const weight = this.tiers.weight;
     const sharedEps = new Set(this.sharedEp.values());
-    // Candidates the index has never heard from (-1) hold nothing locally: they get the shared run.
-    let unknown = false;
-    for (let j = 0; j < m; j++) if (eps[j] < 0) unknown = true;
-    let sharedAlive = unknown;
-    let sharedBlocks = 0;
-    let sharedScore = 0;
-    let k = NIL;
-    for (let i = 0; i < n && (alive.length > 0 || sharedAlive); i++) {
-      k = i === 0 ? keyTab.find(k32[lo], k32[hi]) : keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
-      if (k === NIL) break;
-      const want = base + i;
-      let sharedW = 0;
-      for (let e = keyTab.rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
-        const epf = eLink[2 * e + 1];
-        if (sharedEps.has(epf & 0xffffff)) sharedW = Math.max(sharedW, weight[epf >>> 24]);
-      }
-      if (sharedAlive && sharedW > 0) {
-        sharedBlocks++;
-        sharedScore += sharedW;
-      } else sharedAlive = false;
-      for (let e = keyTab.rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
-        const epf = eLink[2 * e + 1];
-        const ep = epf & 0xffffff;
-        if (tag[ep] !== want) continue;
-        const f = epf >>> 24;
-        const w = Math.max(f === SPEC && eExp[e] <= now ? 0 : weight[f], sharedW);
-        if (w <= 0) continue;
-        tag[ep] = want + 1;
-        score[ep] += w;
-      }
-      let live = 0;
-      for (const ep of alive) {
-        if (tag[ep] === want && sharedW > 0) {
-          tag[ep] = want + 1;
-          score[ep] += sharedW;
-        }
-        if (tag[ep] === want + 1) alive[live++] = ep;
-      }
-      alive.length = live;
-    }
-    if (out.pos.length < m) out.grow(m);
-    let c = 0;
-    for (let j = 0; j < m; j++) {
-      const ep = eps[j];
-      if (ep < 0) {
-        if (sharedBlocks === 0) continue;
-        out.pos[c] = j;
-        out.blocks[c] = sharedBlocks;
-        out.scores[c++] = sharedScore;
-        continue;
-      }
-      if (tag[ep] <= base) continue;
-      out.pos[c] = j;
-      out.blocks[c] = tag[ep] - base;
-      out.scores[c++] = score[ep];
-    }
-    out.count = c;
-    return out;
+    const scratch = { tag: this.tag, score: this.score, base };
+    return matchWithShared(
+      this.store,
+      this.tiers.weight,
+      sharedEps,
+      k32,
+      lo,
+      hi,
+      n,
+      eps,
+      now,
+      scratch,
+      this.matches,
+    );
   }
 
   /** The tiers an endpoint holds a key on ("speculative" for a live guess), or null. For tests and debugging. */
@@ -509,7 +445,7 @@ export class PreciseIndex {
 
   /** Placeholders held for hashes not known yet. */
   get heldPlaceholders(): number {
-    return this.pend.size;
+    return this.holds.size;
   }
 
   /** Entries an endpoint holds (speculative ones included). */
@@ -523,6 +459,7 @@ export class PreciseIndex {
     return {
       ...this.c,
       evictions: this.store.evictions,
+      placeholderDropped: this.holds.dropped,
       budgetTruncated: this.store.budgetTruncated,
       entries: this.store.size,
       keys: this.store.keys.count,
@@ -568,28 +505,6 @@ export class PreciseIndex {
     if ((s.flags(e) & TIER_MASK) === 0) s.deleteEntry(e);
   }
 
-  private heldKey(ep: number, h: bigint): string {
-    return `${ep},${h}`;
-  }
-
-  /** Clears `bit` from a held placeholder of (ep, h); true if there was one. */
-  private cancelHeld(ep: number, h: bigint, bit: number): boolean {
-    if (this.pend.size === 0) return false;
-    const k = this.heldKey(ep, h);
-    const v = this.pend.get(k);
-    if (v === undefined || (v & bit) === 0) return false;
-    if ((v & 0xff & ~bit) === 0) this.pend.delete(k);
-    else this.pend.set(k, v & ~bit);
-    this.c.placeholderCancelled++;
-    return true;
-  }
-
-  private dropHeld(ep: number): void {
-    if (this.pend.size === 0) return;
-    const pre = `${ep},`;
-    for (const k of [...this.pend.keys()]) if (k.startsWith(pre)) this.pend.delete(k);
-  }
-
   /** A placeholder (no token ids) from endpoint ep: applied where the hash is known, else held. */
   private placeholder(ep: number, ev: BlockStored, bit: number): void {
     const B = this.keyer.blockSize;
@@ -601,15 +516,7 @@ export class PreciseIndex {
     for (const h of ev.blockHashes) {
       if (this.applyPlaceholder(ep, h, bit, span)) continue;
       this.c.locationOnlyUnknown++;
-      const k = this.heldKey(ep, h);
-      const v = this.pend.get(k);
-      this.pend.delete(k); // re-inserted as the newest
-      this.pend.set(k, ((v ?? 0) & 0xff) | bit | (span << 8));
-      if (this.pend.size > this.maxHeld) {
-        const oldest = this.pend.keys().next().value as string;
-        this.pend.delete(oldest);
-        this.c.placeholderDropped++;
-      }
+      this.holds.add(ep, h, bit, span);
     }
   }
 
@@ -659,13 +566,10 @@ export class PreciseIndex {
 
   /** After a BlockStored mapped engine hash h on ep: applies a placeholder held for it. */
   private resolveHeld(ep: number, h: bigint): void {
-    const k = this.heldKey(ep, h);
-    const v = this.pend.get(k);
-    if (v === undefined) return;
-    this.pend.delete(k);
-    const span = v >>> 8;
+    const v = this.holds.take(ep, h);
+    if (v === null) return;
     for (let bit = 1; bit <= TIER_MASK; bit <<= 1)
-      if (v & bit && this.applyPlaceholder(ep, h, bit, span)) this.c.placeholderResolved++;
+      if (v.bits & bit && this.applyPlaceholder(ep, h, bit, v.span)) this.c.placeholderResolved++;
   }
 
   private stored(ep: number, ev: BlockStored): void {
@@ -731,7 +635,7 @@ export class PreciseIndex {
       anchor = e;
       prev = e;
       c.storedBlocks++;
-      if (this.pend.size > 0) this.resolveHeld(ep, ev.blockHashes[j]);
+      if (this.holds.size > 0) this.resolveHeld(ep, ev.blockHashes[j]);
     }
   }
 }
