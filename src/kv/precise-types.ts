@@ -18,6 +18,8 @@ export interface PreciseIndexOptions {
   /**
    * Tiers every endpoint of the pool reaches (a shared filesystem such as llm-d's SHARED_STORAGE): a
    * copy announced by any endpoint counts for all of them. Each must have a weight. Default none.
+   * The replicas must hash blocks alike (one PYTHONHASHSEED, as llm-d's file-system tier itself
+   * needs: its files are named by block hash): a removal names the copy by the engine hash.
    */
   sharedTiers?: readonly string[];
   /**
