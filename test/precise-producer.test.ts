@@ -72,7 +72,8 @@ describe("precise-prefix-cache-producer", () => {
         re,
       );
     await bad("{ speculativeTTL: soon }", /duration/);
-    await bad("{ indexerConfig: {} }", /not supported/);
+    await bad("{ tokenizersPoolConfig: {} }", /not supported/);
+    await bad("{ indexerConfig: { kvCacheBackendConfigs: [{ name: cpu, weight: 0.8 }] } }", /no "gpu" entry/);
     await bad("{ kvCacheBackendConfigs: [] }", /kvCacheBackendConfigs/);
     await bad("{ surprise: 1 }", /unknown parameter/);
     const { producer: p2 } = await scheduler(

@@ -150,6 +150,7 @@ export class Datastore {
       kvCacheUsagePercent: m.kvCacheUsagePercent,
       ...(m.cacheBlockSize !== undefined ? { cacheBlockSize: m.cacheBlockSize } : {}),
       ...(m.cacheNumBlocks !== undefined ? { cacheNumBlocks: m.cacheNumBlocks } : {}),
+      ...(m.cacheNumCpuBlocks !== undefined ? { cacheNumCpuBlocks: m.cacheNumCpuBlocks } : {}),
       updateTime: now,
     };
     rec.engine = m.engine;

@@ -19,6 +19,8 @@ export interface ExtractedMetrics {
   kvCacheUsagePercent: number;
   cacheBlockSize?: number;
   cacheNumBlocks?: number;
+  /** vllm:cache_config_info{num_cpu_blocks} when numeric (summed over engines); vLLM writes "None" when unset. */
+  cacheNumCpuBlocks?: number;
   /** `model_name` label values seen on the queue series (served model names). */
   modelNames: string[];
 }
@@ -118,6 +120,11 @@ export function extractMetrics(families: PromFamilies): ExtractedMetrics {
     let blocks = 0;
     for (const s of info) blocks += labelInt(s.labels[n.numBlocksLabel]) ?? 0;
     if (blocks > 0) out.cacheNumBlocks = blocks;
+    if (kind === "vllm") {
+      let cpu = 0;
+      for (const s of info) cpu += labelInt(s.labels.num_cpu_blocks) ?? 0;
+      if (cpu > 0) out.cacheNumCpuBlocks = cpu;
+    }
   }
   const models = new Set<string>();
   for (const s of samplesOf(families, n.waiting)) if (s.labels.model_name) models.add(s.labels.model_name);

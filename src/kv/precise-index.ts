@@ -5,15 +5,22 @@
  * are kvgate's own (block-keys.ts); each endpoint's engine hashes map to them so BlockRemoved applies.
  * Pure: no sockets, timers or clocks; `now` (seconds) is passed in.
  *
- * - BlockStored: tier = lower(medium) or "gpu". With a parent engine hash, the parent's request key comes
+ * - BlockStored: tier = lower(medium) or "gpu"; a medium without a configured weight drops the event
+ *   (counted as unknownMedium: llm-d weighs such a tier 1.0, like GPU). With a parent engine hash, the parent's request key comes
  *   from the endpoint's map; an unknown parent skips the event (counted), as llm-d does, except parent 0,
  *   which llm-d-inference-sim sends for "no parent" in the array layout: unknown 0 is taken as the root.
  *   The root is seeded with lora_name or the endpoint's model, and the cache_salt found in block 0's
  *   extra_keys. Blocks whose extra_keys carry anything else (multimodal, prompt embeds) end the run:
- *   token-only keys cannot tell them apart. No token ids = offload "location-only": adds the tier to
- *   the entries the engine hashes map to. block_size must equal the keyer's; group_idx > 0 is ignored
+ *   token-only keys cannot tell them apart. No token ids = vLLM's placeholder offload event (one
+ *   hash per offloaded chunk, its last GPU block's): adds the tier to that block's entry and to the
+ *   span − 1 blocks before it (span = block_size / the keyer's, or placeholderSpan when block_size is
+ *   0). A hash the index does not know yet is held (bounded) until a BlockStored names it, so a
+ *   placeholder that overtakes its GPU event is not lost (llm-d drops it, llm-d-kv-cache#561).
+ *   block_size must equal the keyer's; group_idx > 0 is ignored
  *   (kvgate indexes KV-cache group 0, the only one of non-hybrid models).
- * - BlockRemoved drops that tier; an entry with no tier left is deleted with its engine mapping. A hash
+ * - Shared tiers (sharedTiers, e.g. a filesystem every replica mounts): a copy any endpoint announces
+ *   is kept once, on a pool-wide pseudo-endpoint, and counts for every candidate in match().
+ * - BlockRemoved drops that tier (over the placeholder's span); an entry with no tier left is deleted with its engine mapping. A hash
  *   never stored is counted and ignored. AllBlocksCleared, resetEndpoint and removeEndpoint drop all of
  *   the endpoint's entries at once.
  * - Hard budget of maxEntries (key, endpoint) entries, LRU-evicted in O(1). A stored run is linked so its
@@ -26,6 +33,8 @@
  */
 import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
+import { HeldPlaceholders } from "./precise-held.ts";
+import { matchWithShared } from "./precise-shared.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
 import {
   ExpiryQueue,
@@ -38,6 +47,9 @@ import {
   type PrefixScores,
   TierTable,
 } from "./precise-types.ts";
+
+/** Ids of the pool-wide pseudo-endpoints of shared tiers start with this (never a real endpoint id). */
+const SHARED_PREFIX = "\u0000shared:";
 
 export type { PreciseIndexCounters, PreciseIndexOptions, PreciseIndexStats, PrefixScores };
 export { PrefixMatches };
@@ -65,6 +77,11 @@ export class PreciseIndex {
   private readonly one = new BigUint64Array(1);
   private readonly one32 = new Uint32Array(this.one.buffer);
   private readonly queue = new ExpiryQueue();
+  /** Tier bits of the shared tiers, and per such bit the pool-wide pseudo-endpoint holding its copies. */
+  private readonly sharedBits: number;
+  private readonly sharedEp = new Map<number, number>();
+  private readonly holds: HeldPlaceholders;
+  private readonly span0: number;
 
   constructor(opts: PreciseIndexOptions) {
     this.keyer = opts.keyer;
@@ -72,6 +89,20 @@ export class PreciseIndex {
     this.store = new EntryStore(opts.maxEntries ?? 4_000_000);
     this.c = newCounters();
     this.tiers = new TierTable(opts.tierWeights ?? { gpu: 1.0, cpu: 0.8 });
+    this.holds = new HeldPlaceholders(opts.maxHeldPlaceholders ?? 65536);
+    this.span0 = opts.placeholderSpan ?? 1;
+    if (!(Number.isInteger(this.span0) && this.span0 >= 1 && this.span0 <= 256))
+      throw new RangeError(`placeholderSpan must be an integer in [1, 256], got ${this.span0}`);
+    let bits = 0;
+    for (const name of opts.sharedTiers ?? []) {
+      const bit = this.tiers.bit(name);
+      if (bit === 0)
+        throw new RangeError(`shared tier "${name}" has no weight; give it one in the tier weights`);
+      if (bit === this.tiers.bit("gpu")) throw new RangeError("the gpu tier cannot be shared");
+      bits |= bit;
+      this.sharedEp.set(bit, this.endpoint(`${SHARED_PREFIX}${name.toLowerCase()}`));
+    }
+    this.sharedBits = bits;
   }
 
   /** Sets the model an endpoint serves: it seeds the root of event-side keys (LoRA events use lora_name). */
@@ -92,23 +123,37 @@ export class PreciseIndex {
           return ev.blockHashes.length;
         }
         const bit = this.tiers.bit(ev.medium);
+        if (bit === 0) {
+          this.c.unknownMedium++;
+          return ev.blockHashes.length;
+        }
+        const at = this.targetOf(ep, bit);
         const s = this.store;
         for (const h of ev.blockHashes) {
           this.one[0] = h;
-          const e = s.findEngine(this.one32[LO], this.one32[HI], ep);
+          const e = s.findEngine(this.one32[LO], this.one32[HI], at);
           if (e === NIL || (s.flags(e) & bit) === 0) {
-            this.c.removedUnknown++;
+            if (this.holds.cancel(ep, h, bit)) this.c.placeholderCancelled++;
+            else this.c.removedUnknown++;
             continue;
           }
           this.c.removedBlocks++;
-          s.setFlags(e, s.flags(e) & ~bit);
-          if ((s.flags(e) & TIER_MASK) === 0) s.deleteEntry(e);
+          let x = e;
+          const parents: number[] = [];
+          for (let j = 1; j < s.eSpan[e]; j++) {
+            x = s.parent(x);
+            if (x === NIL) break;
+            parents.push(x);
+          }
+          this.dropTier(e, bit);
+          for (const p of parents) if (s.eKey[p] !== NIL) this.dropTier(p, bit);
         }
         return ev.blockHashes.length;
       }
       case "AllBlocksCleared":
         this.c.clears++;
         this.store.clearEndpoint(ep);
+        this.holds.dropEndpoint(ep);
         return 1;
     }
   }
@@ -119,13 +164,15 @@ export class PreciseIndex {
     if (ep === undefined) return;
     this.c.resets++;
     this.store.clearEndpoint(ep);
+    this.holds.dropEndpoint(ep);
   }
 
   /** Drops every entry of an endpoint and forgets it. */
   removeEndpoint(endpointId: string): void {
     const ep = this.eps.get(endpointId);
-    if (ep === undefined) return;
+    if (ep === undefined || endpointId.startsWith(SHARED_PREFIX)) return;
     this.store.clearEndpoint(ep);
+    this.holds.dropEndpoint(ep);
     this.eps.delete(endpointId);
     this.epModel[ep] = "";
     this.freeEps.push(ep);
@@ -135,10 +182,13 @@ export class PreciseIndex {
   /** Drops every entry and forgets every endpoint; the allocated capacity is kept. Counters keep counting. */
   clear(): void {
     this.store.clear();
+    const shared = [...this.eps].filter(([id]) => id.startsWith(SHARED_PREFIX));
     this.eps.clear();
+    for (const [id, ep] of shared) this.eps.set(id, ep);
     this.epModel.length = 0;
     this.freeEps.length = 0;
     this.queue.clear();
+    this.holds.clear();
     this.epVersion++;
   }
 
@@ -249,6 +299,7 @@ export class PreciseIndex {
     } else k32 = keys;
     const n = k32.length >>> 1;
     if (n === 0 || m === 0 || this.store.size === 0) return out;
+    if (this.sharedBits !== 0 && this.sharedHeld()) return this.matchShared(k32, lo, hi, n, eps, now);
     // tag[ep] = base + (blocks matched so far) for this lookup's candidates; older tags are < base.
     if (this.base + 2 * (n + 2) >= 0x7fffffff) {
       this.base = 0;
@@ -331,6 +382,43 @@ export class PreciseIndex {
     return out;
   }
 
+  private sharedHeld(): boolean {
+    for (const ep of this.sharedEp.values()) if ((this.store.epSize[ep] ?? 0) > 0) return true;
+    return false;
+  }
+
+  /** match() when a shared tier holds copies (precise-shared.ts). */
+  private matchShared(
+    k32: ArrayLike<number>,
+    lo: number,
+    hi: number,
+    n: number,
+    eps: Int32Array,
+    now: number,
+  ): PrefixMatches {
+    if (this.base + 2 * (n + 2) >= 0x7fffffff) {
+      this.base = 0;
+      this.tag.fill(-1);
+    }
+    const base = this.base;
+    this.base += n + 2;
+    const sharedEps = new Set(this.sharedEp.values());
+    const scratch = { tag: this.tag, score: this.score, base };
+    return matchWithShared(
+      this.store,
+      this.tiers.weight,
+      sharedEps,
+      k32,
+      lo,
+      hi,
+      n,
+      eps,
+      now,
+      scratch,
+      this.matches,
+    );
+  }
+
   /** The tiers an endpoint holds a key on ("speculative" for a live guess), or null. For tests and debugging. */
   tiersOf(endpointId: string, key: bigint, now: number): string[] | null {
     const ep = this.eps.get(endpointId);
@@ -344,9 +432,20 @@ export class PreciseIndex {
     return this.tiers.names(f);
   }
 
-  /** Ids of the endpoints the index knows. */
+  /** Ids of the endpoints the index knows (not the shared tiers' pseudo-endpoints). */
   endpointIds(): string[] {
-    return [...this.eps.keys()];
+    return [...this.eps.keys()].filter((id) => !id.startsWith(SHARED_PREFIX));
+  }
+
+  /** Entries a shared tier holds, pool-wide. */
+  sharedEntries(tier: string): number {
+    const ep = this.sharedEp.get(this.tiers.bit(tier));
+    return ep === undefined ? 0 : (this.store.epSize[ep] ?? 0);
+  }
+
+  /** Placeholders held for hashes not known yet. */
+  get heldPlaceholders(): number {
+    return this.holds.size;
   }
 
   /** Entries an endpoint holds (speculative ones included). */
@@ -360,10 +459,11 @@ export class PreciseIndex {
     return {
       ...this.c,
       evictions: this.store.evictions,
+      placeholderDropped: this.holds.dropped,
       budgetTruncated: this.store.budgetTruncated,
       entries: this.store.size,
       keys: this.store.keys.count,
-      endpoints: this.eps.size,
+      endpoints: this.eps.size - this.sharedEp.size,
       maxEntries: this.store.maxEntries,
       bytes,
       bytesPerEntry: this.store.size > 0 ? bytes / this.store.size : 0,
@@ -394,34 +494,108 @@ export class PreciseIndex {
     return ep;
   }
 
+  /** Where copies of a tier live: the shared tier's pseudo-endpoint, or the endpoint itself. */
+  private targetOf(ep: number, bit: number): number {
+    return bit & this.sharedBits ? (this.sharedEp.get(bit) as number) : ep;
+  }
+
+  private dropTier(e: number, bit: number): void {
+    const s = this.store;
+    s.setFlags(e, s.flags(e) & ~bit);
+    if ((s.flags(e) & TIER_MASK) === 0) s.deleteEntry(e);
+  }
+
+  /** A placeholder (no token ids) from endpoint ep: applied where the hash is known, else held. */
+  private placeholder(ep: number, ev: BlockStored, bit: number): void {
+    const B = this.keyer.blockSize;
+    let span = this.span0;
+    if (ev.blockSize > 0) {
+      if (ev.blockSize % B !== 0 || ev.blockSize / B > 256) return void this.c.blockSizeMismatch++;
+      span = ev.blockSize / B;
+    }
+    for (const h of ev.blockHashes) {
+      if (this.applyPlaceholder(ep, h, bit, span)) continue;
+      this.c.locationOnlyUnknown++;
+      this.holds.add(ep, h, bit, span);
+    }
+  }
+
+  /**
+   * Adds tier `bit` to the block engine hash h names on ep and the span − 1 blocks before it; for a
+   * shared tier the copies go to its pseudo-endpoint (the request keys taken from ep's blocks).
+   * False when neither knows h.
+   */
+  private applyPlaceholder(ep: number, h: bigint, bit: number, span: number): boolean {
+    const s = this.store;
+    const at = this.targetOf(ep, bit);
+    this.one[0] = h;
+    const lo = this.one32[LO];
+    const hi = this.one32[HI];
+    let e = s.findEngine(lo, hi, at);
+    if (e === NIL && at !== ep) {
+      const src = s.findEngine(lo, hi, ep);
+      if (src === NIL) return false;
+      // Copy the chain's keys (oldest first) onto the shared tier's pseudo-endpoint.
+      const chain: number[] = [src];
+      for (let x = s.parent(src); x !== NIL && chain.length < span; x = s.parent(x)) chain.push(x);
+      const keys = chain.reverse().map((x) => [s.keys.lo(s.eKey[x]), s.keys.hi(s.eKey[x])]);
+      const first = s.parent(chain[0]);
+      let prev = first === NIL ? NIL : s.findEntry(s.eKey[first], at);
+      for (const [klo, khi] of keys) {
+        const x = s.entryFor(klo, khi, at, NIL);
+        if (x === NIL) return true;
+        s.setFlags(x, s.flags(x) | bit);
+        if (prev !== NIL) s.setParent(x, prev);
+        s.lruPlace(x, NIL);
+        prev = x;
+      }
+      if (s.mapEngine(prev, lo, hi)) this.c.engineKeyConflicts++;
+      s.eSpan[prev] = Math.min(span, 255);
+      return true;
+    }
+    if (e === NIL) return false;
+    s.setFlags(e, s.flags(e) | bit);
+    if (span > 1) s.eSpan[e] = Math.min(span, 255);
+    for (let j = 1; j < span; j++) {
+      e = s.parent(e);
+      if (e === NIL) break;
+      s.setFlags(e, s.flags(e) | bit);
+    }
+    return true;
+  }
+
+  /** After a BlockStored mapped engine hash h on ep: applies a placeholder held for it. */
+  private resolveHeld(ep: number, h: bigint): void {
+    const v = this.holds.take(ep, h);
+    if (v === null) return;
+    for (let bit = 1; bit <= TIER_MASK; bit <<= 1)
+      if (v.bits & bit && this.applyPlaceholder(ep, h, bit, v.span)) this.c.placeholderResolved++;
+  }
+
   private stored(ep: number, ev: BlockStored): void {
     const c = this.c;
     const s = this.store;
     if (ev.groupIdx !== null && ev.groupIdx > 0) return void c.otherGroupSkipped++;
     const bit = this.tiers.bit(ev.medium);
-    if (bit === 0) return void c.tierOverflow++;
+    if (bit === 0) return void c.unknownMedium++;
     const n = ev.blockHashes.length;
-    if (ev.tokenIds.length === 0) {
-      for (const h of ev.blockHashes) {
-        this.one[0] = h;
-        const e = s.findEngine(this.one32[LO], this.one32[HI], ep);
-        if (e === NIL) c.locationOnlyUnknown++;
-        else s.setFlags(e, s.flags(e) | bit);
-      }
-      return;
-    }
+    if (ev.tokenIds.length === 0) return void this.placeholder(ep, ev, bit);
+    const at = this.targetOf(ep, bit);
     const B = this.keyer.blockSize;
     if (ev.blockSize !== B) return void c.blockSizeMismatch++;
     if (ev.tokenIds.length !== n * B) return void c.malformed++;
     let parent: bigint | null = null;
+    let parentEntry = NIL;
     if (ev.parentBlockHash !== null) {
       this.one[0] = ev.parentBlockHash;
-      const pe = s.findEngine(this.one32[LO], this.one32[HI], ep);
+      let pe = s.findEngine(this.one32[LO], this.one32[HI], at);
+      if (pe === NIL && at !== ep) pe = s.findEngine(this.one32[LO], this.one32[HI], ep);
       if (pe !== NIL) {
         const k = s.eKey[pe];
         this.one32[LO] = s.keys.lo(k);
         this.one32[HI] = s.keys.hi(k);
         parent = this.one[0];
+        parentEntry = s.ep(pe) === at ? pe : s.findEntry(k, at);
       } else if (ev.parentBlockHash !== 0n) return void c.unknownParent++;
     }
     let usable = n;
@@ -446,18 +620,22 @@ export class PreciseIndex {
     this.keyer.hasher.chain(parent, ev.tokenIds, 0, B, usable, this.scratch, 0);
     const k32 = this.scratch32;
     let anchor = NIL;
+    let prev = parentEntry;
     for (let j = 0; j < usable; j++) {
       const lo = k32[2 * j + LO];
       const hi = k32[2 * j + HI];
-      const e = s.entryFor(lo, hi, ep, anchor);
+      const e = s.entryFor(lo, hi, at, anchor);
       if (e === NIL) return;
       if (!s.created && s.flags(e) === SPEC) c.speculativeConfirmed++;
       s.setFlags(e, (s.flags(e) & ~SPEC) | bit);
+      if (prev !== NIL && s.eKey[prev] !== NIL) s.setParent(e, prev);
       this.one[0] = ev.blockHashes[j];
       if (s.mapEngine(e, this.one32[LO], this.one32[HI])) c.engineKeyConflicts++;
       s.lruPlace(e, anchor);
       anchor = e;
+      prev = e;
       c.storedBlocks++;
+      if (this.holds.size > 0) this.resolveHeld(ep, ev.blockHashes[j]);
     }
   }
 }

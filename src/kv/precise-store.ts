@@ -40,6 +40,14 @@ export class EntryStore {
   eKPrev = new Int32Array(0);
   eEpPrev = new Int32Array(0);
   eEpNext = new Int32Array(0);
+  /**
+   * Per entry, the entry of the block before it on the same endpoint (NIL for block 0 or unknown) and
+   * that entry's key then: a link whose target was since deleted or reused fails the key check.
+   */
+  ePar = new Int32Array(0);
+  eParKey = new Int32Array(0);
+  /** Per entry, the GPU blocks its placeholder engine hash stands for (0 = itself only). */
+  eSpan = new Uint8Array(0);
   private eFree = NIL;
   private eUsed = 0;
   private hSlots = new Int32Array(16);
@@ -95,6 +103,7 @@ export class EntryStore {
     let b = this.keys.bytes() + this.hSlots.byteLength;
     for (const a of [this.eKey, this.eLink, this.eExp, this.eHLo, this.eHHi]) b += a.byteLength;
     for (const a of [this.ePrev, this.eNext, this.eKPrev, this.eEpPrev, this.eEpNext]) b += a.byteLength;
+    b += this.ePar.byteLength + this.eParKey.byteLength + this.eSpan.byteLength;
     return b + this.epHead.length * 16;
   }
 
@@ -120,6 +129,8 @@ export class EntryStore {
     this.eLink[2 * e + 1] = ep; // flags 0
     this.eExp[e] = 0;
     this.ePrev[e] = this.eNext[e] = NIL;
+    this.ePar[e] = NIL;
+    this.eSpan[e] = 0;
     const kh = this.keys.head(k);
     this.eKPrev[e] = NIL;
     this.eLink[2 * e] = kh;
@@ -199,6 +210,20 @@ export class EntryStore {
       n++;
     }
     return n;
+  }
+
+  /** Links e to the entry of the block before it (same endpoint), or NIL. */
+  setParent(e: number, parent: number): void {
+    this.ePar[e] = parent;
+    this.eParKey[e] = parent === NIL ? NIL : this.eKey[parent];
+  }
+
+  /** The entry of the block before e on its endpoint, or NIL when unknown or gone. */
+  parent(e: number): number {
+    const p = this.ePar[e];
+    if (p === NIL || this.eKey[p] !== this.eParKey[e] || this.eKey[p] === NIL || this.ep(p) !== this.ep(e))
+      return NIL;
+    return p;
   }
 
   // ---- engine hash → entry (per endpoint) ----
@@ -320,6 +345,9 @@ export class EntryStore {
     this.eKPrev = grow(this.eKPrev, i32);
     this.eEpPrev = grow(this.eEpPrev, i32);
     this.eEpNext = grow(this.eEpNext, i32);
+    this.ePar = grow(this.ePar, i32);
+    this.eParKey = grow(this.eParKey, i32);
+    this.eSpan = grow(this.eSpan, (n) => new Uint8Array(n));
     const slots = pow2AtLeast(cap * 2);
     if (slots > this.hSlots.length) {
       const old = this.hSlots;

@@ -9,8 +9,32 @@ export interface PreciseIndexOptions {
   keyer: BlockKeyer;
   /** Hard budget of (block, endpoint) entries. Default 4,000,000. */
   maxEntries?: number;
-  /** Weight per tier (lowercase medium). Default { gpu: 1.0, cpu: 0.8 }. At most 6 tiers. */
+  /**
+   * Weight per tier (medium, matched case-insensitively). Default { gpu: 1.0, cpu: 0.8 }. At most 6
+   * tiers; "gpu" must be among them (events without a medium are GPU events). An event whose medium
+   * has no weight is dropped and counted (unknownMedium), never weighted as GPU.
+   */
   tierWeights?: Record<string, number>;
+  /**
+   * Tiers every endpoint of the pool reaches (a shared filesystem such as llm-d's SHARED_STORAGE): a
+   * copy announced by any endpoint counts for all of them. Each must have a weight. Default none.
+   * The replicas must hash blocks alike (one PYTHONHASHSEED, as llm-d's file-system tier itself
+   * needs: its files are named by block hash): a removal names the copy by the engine hash.
+   */
+  sharedTiers?: readonly string[];
+  /**
+   * Placeholder offload events (no token ids) for hashes the index does not know yet are held, up to
+   * this many (endpoint, hash) pairs, oldest dropped first (placeholderDropped), until the GPU event
+   * that names the hash arrives. Default 65536.
+   */
+  maxHeldPlaceholders?: number;
+  /**
+   * GPU blocks one placeholder hash stands for when the event says block_size 0 (newer vLLM): the
+   * offload connector's block_size over the GPU block size. Default 1 (vLLM's native connector
+   * offloads in GPU-sized blocks unless its block_size is set). An event with block_size > 0 gives
+   * its own: block_size / the keyer's block size.
+   */
+  placeholderSpan?: number;
   /** Seconds a speculative entry lives unless confirmed. Default 2. */
   speculativeTtl?: number;
 }
@@ -54,6 +78,14 @@ export interface PreciseIndexCounters {
   unsupportedExtraKeyBlocks: number;
   malformed: number;
   tierOverflow: number;
+  /** Events (BlockStored or BlockRemoved) dropped because their medium has no configured weight. */
+  unknownMedium: number;
+  /** Held placeholders applied when their GPU event arrived. */
+  placeholderResolved: number;
+  /** Held placeholders dropped to stay within maxHeldPlaceholders. */
+  placeholderDropped: number;
+  /** Held placeholders cancelled by a BlockRemoved before their GPU event arrived. */
+  placeholderCancelled: number;
   engineKeyConflicts: number;
   speculativeAdded: number;
   speculativeConfirmed: number;
@@ -87,6 +119,10 @@ export function newCounters(): PreciseIndexCounters {
     unsupportedExtraKeyBlocks: 0,
     malformed: 0,
     tierOverflow: 0,
+    unknownMedium: 0,
+    placeholderResolved: 0,
+    placeholderDropped: 0,
+    placeholderCancelled: 0,
     engineKeyConflicts: 0,
     speculativeAdded: 0,
     speculativeConfirmed: 0,
@@ -99,8 +135,8 @@ const SPEC_BIT = 0x80; // precise-store.ts SPEC
 
 /**
  * Storage tiers (event `medium` lowercased, default "gpu") as entry flag bits 0..5, and the weight of
- * every flag combination: the best weight of its tiers, gpu's for a speculative entry. A tier without a
- * configured weight weighs 0 (lookups treat it as absent).
+ * every flag combination: the best weight of its tiers, gpu's for a speculative entry. Only configured
+ * tiers get a bit: bit() is 0 for any other medium, and the caller drops (and counts) that event.
  */
 export class TierTable {
   private readonly bits = new Map<string, number>();
@@ -111,24 +147,25 @@ export class TierTable {
   constructor(weights: Record<string, number>) {
     for (const [name, w] of Object.entries(weights)) {
       if (!(Number.isFinite(w) && w >= 0)) throw new RangeError(`tier weight ${name}: ${w}`);
-      const t = this.bit(name);
-      if (t === 0) throw new RangeError(`at most ${MAX_TIERS} tiers`);
+      const key = name.toLowerCase();
+      if (this.bits.has(key))
+        throw new RangeError(`tier ${name} is listed twice (names are case-insensitive)`);
+      if (this.bits.size >= MAX_TIERS) throw new RangeError(`at most ${MAX_TIERS} tiers`);
+      const t = 1 << this.bits.size;
+      this.bits.set(key, t);
       this.tierWeight[31 - Math.clz32(t)] = w;
     }
-    this.bit("gpu");
+    if (!this.bits.has("gpu")) throw new RangeError('the tier weights must include "gpu"');
     this.refresh();
   }
 
-  /** The flag bit of a tier; registers new tiers; 0 once all tier bits are taken. */
+  /** The flag bit of a configured tier (null = gpu), or 0 for a medium without a weight. */
   bit(medium: string | null): number {
-    const name = medium === null ? "gpu" : medium.toLowerCase();
-    let bit = this.bits.get(name);
-    if (bit !== undefined) return bit;
-    if (this.bits.size >= MAX_TIERS) return 0;
-    bit = 1 << this.bits.size;
-    this.bits.set(name, bit);
-    this.refresh();
-    return bit;
+    return this.bits.get(medium === null || medium === "" ? "gpu" : medium.toLowerCase()) ?? 0;
+  }
+
+  has(name: string): boolean {
+    return this.bits.has(name.toLowerCase());
   }
 
   names(flags: number): string[] {

@@ -72,8 +72,9 @@ export function effectiveConfig(
     return p;
   };
 
-  resolveNeeds(plugins, byName, registry, add, true);
-  resolveNeeds(plugins, byName, registry, add, false);
+  const claimed = claimedProducers(plugins, registry);
+  resolveNeeds(plugins, byName, registry, add, true, claimed);
+  resolveNeeds(plugins, byName, registry, add, false, claimed);
 
   let profiles = raw.schedulingProfiles;
   if (profiles === null || profiles.length === 0) {
@@ -254,13 +255,32 @@ interface ZodDef {
   _zod?: { def?: { innerType?: unknown; in?: unknown } };
 }
 
-/** Points each consumer at its producer; required needs may auto-add the default producer. */
+/** Producers some consumer names explicitly in the config as written. */
+function claimedProducers(plugins: EffectivePlugin[], registry: PluginRegistry): Set<string> {
+  const out = new Set<string>();
+  for (const p of plugins)
+    for (const n of registry.get(p.type)?.needs?.(p.parameters) ?? []) {
+      const set = p.parameters[n.param];
+      if (typeof set === "string") out.add(set);
+    }
+  return out;
+}
+
+/**
+ * Points each consumer at its producer. A consumer that names none gets, as in llm-d (whose unnamed
+ * consumers read the data key of the default producer's name), the producer named after the default
+ * producer's type if declared; else the one producer no other consumer names; several such is an
+ * error; when every producer is named by another consumer (llm-d's tiered-prefix-cache guide: a GPU
+ * and a CPU approx producer, each with its scorer, plus an unnamed no-hit-lru-scorer) or there is
+ * none, a required need auto-adds the default producer, as llm-d auto-spawns it.
+ */
 function resolveNeeds(
   plugins: EffectivePlugin[],
   byName: Map<string, EffectivePlugin>,
   registry: PluginRegistry,
   add: (type: string, why: string) => EffectivePlugin,
   required: boolean,
+  claimed: ReadonlySet<string>,
 ): void {
   for (let i = 0; i < plugins.length; i++) {
     const p = plugins[i];
@@ -279,13 +299,20 @@ function resolveNeeds(
         continue;
       }
       const producers = plugins.filter((q) => registry.get(q.type)?.produces?.includes(n.family));
-      if (producers.length > 1) {
+      const dflt = registry.defaultProducer(n.family);
+      const named = producers.find((q) => q.name === dflt && q.type === dflt);
+      if (named !== undefined) {
+        p.parameters[n.param] = named.name;
+        continue;
+      }
+      const free = producers.filter((q) => !claimed.has(q.name));
+      if (free.length > 1) {
         throw new ConfigError(
-          `${who}: several plugins produce ${n.family} (${producers.map((q) => q.name).join(", ")}); set parameter "${n.param}" to one of them`,
+          `${who}: several plugins produce ${n.family} (${free.map((q) => q.name).join(", ")}); set parameter "${n.param}" to one of them`,
         );
       }
-      if (producers.length === 1) p.parameters[n.param] = producers[0].name;
-      else if (required) p.parameters[n.param] = add(registry.defaultProducer(n.family), who).name;
+      if (free.length === 1) p.parameters[n.param] = free[0].name;
+      else if (required) p.parameters[n.param] = add(dflt, who).name;
     }
   }
 }

@@ -16,6 +16,12 @@ export interface EndpointMetrics {
   cacheBlockSize?: number;
   /** GPU KV blocks (vllm:cache_config_info{num_gpu_blocks}). */
   cacheNumBlocks?: number;
+  /**
+   * CPU-tier KV blocks of GPU block size (vllm:cache_config_info{num_cpu_blocks} when numeric). vLLM's
+   * OffloadingConnector leaves that label "None" (its size is cpu_bytes_to_use, in bytes), so with it
+   * this stays unset.
+   */
+  cacheNumCpuBlocks?: number;
   /** When these values were scraped: seconds, same clock as `now`. */
   updateTime: number;
 }

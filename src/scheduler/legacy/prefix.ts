@@ -119,7 +119,10 @@ export function splitPreciseScorer(p: RawPlugin, producer: RawPlugin, ctx: Ctx):
     notes.push("indexerConfig.tokenProcessorConfig → tokenProcessorConfig");
   }
   for (const [k, v] of Object.entries(params)) {
-    if (k === "indexerConfig") {
+    if (k === "indexerConfig" && isRecord(v) && v.kvCacheBackendConfigs !== undefined) {
+      next.indexerConfig = { kvCacheBackendConfigs: v.kvCacheBackendConfigs };
+      notes.push("indexerConfig: only kvCacheBackendConfigs (the tier weights) is used");
+    } else if (k === "indexerConfig") {
       notes.push(
         "indexerConfig ignored (kvgate keeps an in-memory index sized by maxIndexEntries and tokenizes in the gateway)",
       );

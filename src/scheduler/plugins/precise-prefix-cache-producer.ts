@@ -27,6 +27,7 @@ import { parseDuration } from "../../flow/duration.ts";
 import { BlockKeyer, type PackedKeys, xxh64BlockHasher } from "../../kv/block-keys.ts";
 import { PreciseIndex } from "../../kv/precise-index.ts";
 import { MAX_ENTRIES } from "../../kv/precise-store.ts";
+import { ConfigError } from "../errors.ts";
 import type { Hasher } from "../hash.ts";
 import type { PluginHandle } from "../plugin-spec.ts";
 import { spec } from "../plugin-spec.ts";
@@ -51,6 +52,28 @@ const duration = z
   .refine((s) => parseDuration(s) !== null, { message: 'expected a duration such as "2s" or "500ms"' });
 const port = z.number().int().min(1).max(65535);
 
+const backendConfigs = z
+  .array(z.strictObject({ name: z.string().min(1), weight: z.number().min(0) }))
+  .min(1)
+  .max(6);
+const DEFAULT_BACKENDS = [
+  { name: "gpu", weight: 1.0 },
+  { name: "cpu", weight: 0.8 },
+];
+
+/**
+ * Load bandwidths for timeSavedScoring, bytes/s, by tier: cpu 25 GB/s (PCIe Gen4 ×16, 31.5 GB/s
+ * theoretical per direction, about 25 practical; Gen5 hosts reach about 50), shared_storage and
+ * storage 10 GB/s (the cloud storage of llm-d's 2026-02-09 file-system offload blog), disk 7 GB/s
+ * (one NVMe Gen4 drive's sequential read).
+ */
+export const DEFAULT_TIER_BANDWIDTHS = [
+  { name: "cpu", bytesPerSecond: 25e9 },
+  { name: "shared_storage", bytesPerSecond: 10e9 },
+  { name: "storage", bytesPerSecond: 10e9 },
+  { name: "disk", bytesPerSecond: 7e9 },
+];
+
 export const precisePrefixParams = z.strictObject({
   blockSizeTokens: z.number().int().positive().default(16),
   tokenProcessorConfig: z
@@ -61,14 +84,37 @@ export const precisePrefixParams = z.strictObject({
       hashAlgorithm: z.enum(["cbor-fnv", "xxh64"]).optional(),
     })
     .optional(),
-  kvCacheBackendConfigs: z
-    .array(z.strictObject({ name: z.string().min(1), weight: z.number().min(0) }))
-    .min(1)
-    .max(6)
-    .default([
-      { name: "gpu", weight: 1.0 },
-      { name: "cpu", weight: 0.8 },
-    ]),
+  /** llm-d's location of the tier weights (llm-d-kv-cache `pkg/kvcache/indexer.go`); its other keys are accepted and change nothing. */
+  indexerConfig: z.looseObject({ kvCacheBackendConfigs: backendConfigs.optional() }).optional(),
+  /** The same list at the top level (kvgate's older spelling); indexerConfig's wins when both are set. */
+  kvCacheBackendConfigs: backendConfigs.optional(),
+  /** kvgate-only: tiers every endpoint of the pool reaches (e.g. ["shared_storage"]); each needs a weight. */
+  sharedStorageTiers: z.array(z.string().min(1)).max(5).default([]),
+  /** kvgate-only: placeholder offload events held until their GPU event arrives, at most this many. */
+  maxHeldPlaceholders: z.number().int().nonnegative().default(65536),
+  /**
+   * kvgate-only: the offload connector's block size in tokens, for placeholder events that say
+   * block_size 0 (newer vLLM); default = blockSizeTokens (vLLM's native connector default).
+   */
+  offloadBlockSizeTokens: z.number().int().positive().optional(),
+  /**
+   * kvgate-only: score a tier's block by the prefill time it saves instead of a fixed weight:
+   * weight(tier) = (recompute − load) / recompute = 1 − prefillTokensPerSecond · kvBytesPerToken /
+   * bytesPerSecond(tier), floored at 0 (a tier slower than recompute counts as a miss); gpu = 1.
+   * Defaults: prefillTokensPerSecond 15928 (llm-d's prefix-cache-affinity-filter
+   * peakPrefillThroughput default), kvBytesPerToken 131072 (Llama-3.1-8B in bf16: 2 × 32 layers × 8
+   * KV heads × 128 × 2 bytes), tierBandwidths DEFAULT_TIER_BANDWIDTHS. One rate for the pool: kvgate
+   * has no per-endpoint prefill-rate signal.
+   */
+  timeSavedScoring: z
+    .strictObject({
+      prefillTokensPerSecond: z.number().positive().default(15928),
+      kvBytesPerToken: z.number().positive().default(131072),
+      tierBandwidths: z
+        .array(z.strictObject({ name: z.string().min(1), bytesPerSecond: z.number().positive() }))
+        .default(DEFAULT_TIER_BANDWIDTHS),
+    })
+    .optional(),
   speculativeIndexing: z.boolean().default(false),
   speculativeTTL: duration.default("2s"),
   /** kvgate-only: hard budget of (block, endpoint) entries in the index (about 80 bytes each). */
@@ -81,6 +127,10 @@ export const precisePrefixParams = z.strictObject({
   kvEventsConfig: z
     .strictObject({
       topicFilter: z.string().default("kv@"),
+      /** llm-d's; accepted, no effect: kvgate decodes vLLM's events on one event loop, per endpoint. */
+      engineType: z.literal("vllm").optional(),
+      concurrency: z.number().int().positive().optional(),
+      discoverPods: z.literal(true).optional(),
       podDiscoveryConfig: z
         .strictObject({ socketPort: port.default(5557), replaySocketPort: port.optional() })
         .default({ socketPort: 5557 }),
@@ -114,6 +164,8 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
   /** Feed this from the endpoints' KV events (KvEventsSubscriber). */
   readonly index: PreciseIndex;
   readonly blockSizeTokens: number;
+  /** Weight per tier (lowercase), from kvCacheBackendConfigs or timeSavedScoring. */
+  readonly tierWeights: Record<string, number>;
   /** What the data layer needs to subscribe: `tcp://<endpoint host>:<socketPort>`, replay on replaySocketPort. */
   readonly kvEvents: { topicFilter: string; socketPort: number; replaySocketPort: number | null };
   readonly #key: DataKey<PrefixMatchInfo>;
@@ -136,10 +188,19 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
     this.#key = prefixKey(name);
     this.blockSizeTokens = params.tokenProcessorConfig?.blockSizeTokens ?? params.blockSizeTokens;
     this.#speculativeTtl = parseDuration(params.speculativeTTL) as number;
+    this.tierWeights = tierWeights(name, params);
+    const off = params.offloadBlockSizeTokens ?? this.blockSizeTokens;
+    if (off % this.blockSizeTokens !== 0)
+      throw new ConfigError(
+        `${PRECISE_PREFIX_TYPE} "${name}": offloadBlockSizeTokens ${off} is not a multiple of the block size ${this.blockSizeTokens}; set it to the offload connector's block_size`,
+      );
     this.index = new PreciseIndex({
       keyer: new BlockKeyer({ hasher: xxh64BlockHasher(hasher), blockSize: this.blockSizeTokens }),
       maxEntries: params.maxIndexEntries,
-      tierWeights: Object.fromEntries(params.kvCacheBackendConfigs.map((b) => [b.name, b.weight])),
+      tierWeights: this.tierWeights,
+      sharedTiers: params.sharedStorageTiers,
+      maxHeldPlaceholders: params.maxHeldPlaceholders,
+      placeholderSpan: off / this.blockSizeTokens,
       speculativeTtl: this.#speculativeTtl,
     });
     const pd = params.kvEventsConfig.podDiscoveryConfig;
@@ -221,6 +282,10 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
       evictions: s.evictions,
       unknownParent: s.unknownParent,
       removedUnknown: s.removedUnknown,
+      unknownMedium: s.unknownMedium,
+      placeholdersHeld: this.index.heldPlaceholders,
+      placeholderResolved: s.placeholderResolved,
+      placeholderDropped: s.placeholderDropped,
       speculativeAdded: s.speculativeAdded,
       speculativeConfirmed: s.speculativeConfirmed,
       speculativeExpired: s.speculativeExpired,
@@ -233,6 +298,54 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
   }
 }
 
+/**
+ * The tier weights: kvCacheBackendConfigs (indexerConfig's, else the top-level list, else gpu 1.0,
+ * cpu 0.8), or under timeSavedScoring the time each tier saves. Names are case-insensitive; a
+ * duplicate, a missing gpu, a shared tier without a weight or (timeSavedScoring) a tier without a
+ * bandwidth is a ConfigError.
+ */
+function tierWeights(name: string, p: PrecisePrefixParams): Record<string, number> {
+  const who = `${PRECISE_PREFIX_TYPE} "${name}"`;
+  const list = p.indexerConfig?.kvCacheBackendConfigs ?? p.kvCacheBackendConfigs ?? DEFAULT_BACKENDS;
+  const out: Record<string, number> = {};
+  for (const b of list) {
+    const k = b.name.toLowerCase();
+    if (k in out)
+      throw new ConfigError(
+        `${who}: kvCacheBackendConfigs lists "${b.name}" twice (names are case-insensitive); keep one`,
+      );
+    out[k] = b.weight;
+  }
+  if (!("gpu" in out))
+    throw new ConfigError(
+      `${who}: kvCacheBackendConfigs has no "gpu" entry; add {name: gpu, weight: 1.0} (events without a medium are GPU events)`,
+    );
+  for (const t of p.sharedStorageTiers)
+    if (t.toLowerCase() === "gpu")
+      throw new ConfigError(`${who}: sharedStorageTiers cannot name gpu (each replica's HBM is its own)`);
+    else if (!(t.toLowerCase() in out))
+      throw new ConfigError(
+        `${who}: sharedStorageTiers names "${t}", which kvCacheBackendConfigs does not weigh; add {name: ${t}, weight: …} there`,
+      );
+  const ts = p.timeSavedScoring;
+  if (ts === undefined) return out;
+  const bw = new Map(ts.tierBandwidths.map((b) => [b.name.toLowerCase(), b.bytesPerSecond]));
+  const perToken = ts.prefillTokensPerSecond * ts.kvBytesPerToken;
+  for (const k of Object.keys(out)) {
+    if (k === "gpu") {
+      out[k] = 1;
+      continue;
+    }
+    const b = bw.get(k);
+    if (b === undefined)
+      throw new ConfigError(
+        `${who}: timeSavedScoring has no bandwidth for tier "${k}"; add {name: ${k}, bytesPerSecond: …} to tierBandwidths`,
+      );
+    out[k] = Math.max(0, 1 - perToken / b);
+  }
+  return out;
+}
+
 export const precisePrefixSpec = spec({
   type: PRECISE_PREFIX_TYPE,
   stability: "alpha",
@@ -241,7 +354,6 @@ export const precisePrefixSpec = spec({
   params: precisePrefixParams,
   produces: ["prefix-match-info"],
   unsupportedParams: {
-    indexerConfig: "kvgate's index is in memory; size it with maxIndexEntries",
     tokenizersPoolConfig: "kvgate tokenizes in the gateway and passes RequestFacts.tokenIds",
   },
   factory: (name, params, handle: PluginHandle) => {

@@ -132,15 +132,21 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   }
 
   /**
-   * LRU capacity in index blocks: under autoTune the endpoint's KV pool converted to this index's
-   * block size (llm-d uses the raw block count, overstating capacity when blocks are coarser);
-   * otherwise lruCapacityPerServer.
+   * LRU capacity in index blocks: under autoTune the endpoint's GPU plus CPU KV blocks
+   * (cache_config_info num_gpu_blocks + num_cpu_blocks) converted to this index's block size. llm-d
+   * counts GPU blocks only (llm-d-router#1650: with offload on, scores run low) and uses the raw
+   * count, overstating capacity when blocks are coarser. Limitation: vLLM's OffloadingConnector does
+   * not report its CPU size in blocks (num_cpu_blocks stays "None"), so with it autoTune still sees
+   * the GPU pool only; give a CPU index its own producer with autoTune false and
+   * lruCapacityPerServer = CPU bytes / bytes per block, as llm-d's tiered-prefix-cache guide does.
+   * Otherwise lruCapacityPerServer.
    */
   capacity(ep: EndpointState, blockSize: number): number {
     const m = ep.metrics;
     if (this.params.autoTune && m?.cacheNumBlocks !== undefined && m.cacheNumBlocks > 0) {
       const vllmBlock = m.cacheBlockSize !== undefined && m.cacheBlockSize > 0 ? m.cacheBlockSize : blockSize;
-      return Math.max(1, Math.floor((m.cacheNumBlocks * vllmBlock) / blockSize));
+      const blocks = m.cacheNumBlocks + (m.cacheNumCpuBlocks ?? 0);
+      return Math.max(1, Math.floor((blocks * vllmBlock) / blockSize));
     }
     return this.params.lruCapacityPerServer;
   }
