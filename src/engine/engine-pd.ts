@@ -4,6 +4,7 @@
  * (vllm/v1/core/sched/scheduler.py): the producer's held blocks (held-kv.ts) and what happens to a
  * consumer request when its KV transfer ends. Pure: `now` is passed in.
  */
+import type { CpuTier } from "./cpu-tier.ts";
 import type { StepScheduler } from "./engine-scheduler.ts";
 import {
   type EngineCounters,
@@ -36,6 +37,7 @@ export class PdKv {
     private readonly counters: EngineCounters,
     /** Ends a request (the engine's finish). */
     private readonly finish: (r: Req, reason: "error", now: number) => void,
+    private readonly tier: CpuTier | null = null,
   ) {
     this.held = new HeldKv(kv.pool, config.kvLeaseDuration);
   }
@@ -66,6 +68,16 @@ export class PdKv {
   complete(id: string, now: number, ok: boolean): RemoteKvOutcome {
     const r = this.sched.deferred.get(id);
     if (r === undefined || r.remote !== REMOTE_AWAITING) return { outcome: "unknown", record: null };
+    const load = r.cpuLoad;
+    if (load !== null) {
+      // A CPU-tier load is done only when its modelled copy is: never a free hit.
+      if (ok && now < load.readyAt - 1e-9)
+        throw new RangeError(
+          `request ${id}: its CPU-tier load ends at ${load.readyAt}, not ${now}; complete it at result.offloadLoads[].readyAt`,
+        );
+      this.tier?.endLoad(load);
+      r.cpuLoad = null;
+    }
     this.sched.deferred.delete(id);
     if (ok) {
       let computed = Math.min(r.blocks.length * this.config.blockSize, r.numTokens);

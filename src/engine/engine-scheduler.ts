@@ -9,9 +9,12 @@
  * local prefix hit, blocks for the whole prompt, then parked in WAITING_FOR_REMOTE_KVS (`deferred`)
  * without using the token budget or a running slot. Pure.
  */
+
+import type { CpuTier, OffloadLoad } from "./cpu-tier.ts";
 import {
   type EngineCounters,
   REMOTE_AWAITING,
+  REMOTE_NONE,
   REMOTE_PENDING,
   type Req,
   removeFrom,
@@ -32,11 +35,15 @@ export class StepScheduler {
   readonly deferred = new Map<string, Req>();
   /** Requests the last step parked (reused across steps; usually empty). */
   readonly remoteNeeded: RemoteKvNeed[] = [];
+  /** CPU-tier loads the last step started (reused across steps; usually empty). */
+  readonly offloadLoads: OffloadLoad[] = [];
 
   constructor(
     private readonly config: EngineConfig,
     private readonly kv: KVCacheManager,
     private readonly counters: EngineCounters,
+    /** The CPU offload tier, or null. */
+    private readonly tier: CpuTier | null = null,
   ) {}
 
   /** Queues `r` by arrival (at the front if `front`), or by priority then arrival under priority scheduling. */
@@ -68,6 +75,7 @@ export class StepScheduler {
     schedReq.length = 0;
     schedN.length = 0;
     if (this.remoteNeeded.length > 0) this.remoteNeeded.length = 0;
+    if (this.offloadLoads.length > 0) this.offloadLoads.length = 0;
     let preempted = 0;
 
     // 1. Running requests, in order.
@@ -119,6 +127,16 @@ export class StepScheduler {
           if (!this.park(r, hitBlocks, computed)) break;
           continue;
         }
+        const tier = this.tier;
+        if (tier !== null && r.numComputed === 0 && r.remote === REMOTE_NONE) {
+          // vLLM's connector lookup continues past the GPU hit into the CPU tier.
+          const cpu = tier.lookup(r, computed, now);
+          if (cpu > 0) {
+            if (!this.parkForCpu(tier, r, hitBlocks, computed, cpu, now)) break;
+            continue;
+          }
+          if (!r.admittedOnce) tier.counters.externalQueries += r.numTokens;
+        }
         let n = r.numTokens - computed;
         if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
           n = cfg.longPrefillTokenThreshold;
@@ -164,6 +182,37 @@ export class StepScheduler {
       blocks: r.blocks.length - hitBlocks.length,
       localHitTokens: localHit,
     });
+    return true;
+  }
+
+  /**
+   * Allocates blocks for `r`'s GPU hit plus its CPU hit of `cpuTokens` (vLLM allocate_slots with
+   * delay_cache_blocks for an asynchronous load), starts the load and parks `r` until the caller
+   * completes it. False if the blocks do not fit (it stays first in the queue).
+   */
+  private parkForCpu(
+    tier: CpuTier,
+    r: Req,
+    hitBlocks: readonly number[],
+    gpuHit: number,
+    cpuTokens: number,
+    now: number,
+  ): boolean {
+    if (!this.kv.allocateSlots(r, cpuTokens, hitBlocks, true)) return false;
+    this.waiting.shift();
+    r.remote = REMOTE_AWAITING;
+    this.deferred.set(r.record.id, r);
+    if (!r.admittedOnce) {
+      this.counters.prefixCacheQueries += r.numTokens;
+      this.counters.prefixCacheHits += gpuHit;
+      tier.counters.externalQueries += r.numTokens;
+      tier.counters.externalHits += cpuTokens;
+      r.admittedOnce = true;
+    }
+    r.record.cachedTokens = gpuHit;
+    const load = tier.startLoad(r, gpuHit, cpuTokens, now);
+    r.cpuLoad = load;
+    this.offloadLoads.push(load);
     return true;
   }
 

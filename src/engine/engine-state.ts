@@ -3,6 +3,7 @@
  * input, the counters behind EngineStats, and the input checks that map to a 400
  * (EngineInputError). Pure.
  */
+import type { OffloadLoad } from "./cpu-tier.ts";
 import type { BlockHasher } from "./fast-block-hash.ts";
 import { fnv1a32, mixSeed, Rng, targetOutputLength } from "./output-tokens.ts";
 import type { EngineConfig, EngineRequest, FinishReason, RequestRecord } from "./types.ts";
@@ -40,6 +41,10 @@ export interface Req {
   remote: number;
   /** P/D consumer: prompt tokens the transfer computed (0 without one). */
   externalTokens: number;
+  /** CPU tier: the next offload chunk to store (vLLM _next_stored_block_idx). */
+  nextStoreChunk: number;
+  /** CPU tier: the load this request waits for, or null. */
+  cpuLoad: OffloadLoad | null;
 }
 
 /** Not a P/D consumer request, or its transfer is over (loaded, failed or skipped). */
@@ -134,6 +139,8 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
     finished: false,
     remote: req.remotePrefill === true ? REMOTE_PENDING : REMOTE_NONE,
     externalTokens: 0,
+    nextStoreChunk: 0,
+    cpuLoad: null,
   };
   r.tokens.set(prompt);
   return r;

@@ -13,6 +13,7 @@
  * KV transfer with completeRemoteKv. Requests that use neither cost the step nothing extra.
  */
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
+import { CpuTier } from "./cpu-tier.ts";
 import { checkEngineInvariants } from "./engine-invariants.ts";
 import { PdKv, type RemoteKvOutcome } from "./engine-pd.ts";
 import { StepScheduler } from "./engine-scheduler.ts";
@@ -21,7 +22,7 @@ import type { PromptHashMemo } from "./fast-block-hash.ts";
 import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
 import type { KvLeases } from "./kv-lease.ts";
 import { sampleToken } from "./output-tokens.ts";
-import { type BatchShape, stepTime } from "./profile.ts";
+import { type BatchShape, kvBytesPerToken, stepTime } from "./profile.ts";
 import type {
   EngineConfig,
   EngineRequest,
@@ -63,6 +64,8 @@ export class Engine {
   private pendingEvents: KVEvent[] = [];
   private readonly decodeContexts: number[] = [];
   private readonly pd: PdKv;
+  /** The CPU offload tier (cpu-tier.ts), or null: then the step pays one null check for it. */
+  readonly cpuTier: CpuTier | null;
 
   constructor(config: EngineConfig, options: EngineOptions = {}) {
     const bad = (what: string): never => {
@@ -84,10 +87,26 @@ export class Engine {
     if (!Number.isInteger(config.longPrefillTokenThreshold) || config.longPrefillTokenThreshold < 0)
       bad("longPrefillTokenThreshold must be an integer ≥ 0");
     this.config = config;
+    if (config.kvOffload !== undefined && !config.enablePrefixCaching)
+      bad("kvOffload needs enablePrefixCaching (the CPU tier is keyed by block hashes)");
+    this.cpuTier =
+      config.kvOffload === undefined
+        ? null
+        : new CpuTier(
+            config.kvOffload,
+            config.blockSize,
+            kvBytesPerToken(config.profile.model),
+            config.enableKvCacheEvents,
+          );
     this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
-    this.sched = new StepScheduler(config, this.kv, this.counters);
-    this.pd = new PdKv(config, this.kv, this.sched, this.counters, (r, reason, now) =>
-      this.finish(r, reason, now),
+    this.sched = new StepScheduler(config, this.kv, this.counters, this.cpuTier);
+    this.pd = new PdKv(
+      config,
+      this.kv,
+      this.sched,
+      this.counters,
+      (r, reason, now) => this.finish(r, reason, now),
+      this.cpuTier,
     );
     this.vocabSize = config.vocabSize ?? 128256;
     this.eosTokenId = config.eosTokenId ?? 2;
@@ -178,12 +197,15 @@ export class Engine {
   step(now: number): StepResult {
     const cfg = this.config;
     const bs = cfg.blockSize;
+    const tier = this.cpuTier;
+    if (tier !== null) tier.advance(now);
     const preempted = this.sched.schedule(now);
     const { schedReq, schedN } = this.sched;
 
     let events = NO_EVENTS;
     if (cfg.enableKvCacheEvents) {
       events = this.pendingEvents.concat(this.kv.pool.takeEvents());
+      if (tier !== null) for (const e of tier.takeEvents()) events.push(e);
       this.pendingEvents = [];
     }
     if (schedReq.length === 0) {
@@ -198,6 +220,7 @@ export class Engine {
         numPreemptedThisStep: preempted,
       };
       if (this.sched.remoteNeeded.length > 0) empty.remoteKvNeeded = this.sched.remoteNeeded.slice();
+      if (this.sched.offloadLoads.length > 0) empty.offloadLoads = this.sched.offloadLoads.slice();
       return empty;
     }
 
@@ -226,6 +249,7 @@ export class Engine {
     for (let k = 0; k < numScheduled; k++) {
       const r = schedReq[k];
       r.numComputed += schedN[k];
+      if (tier !== null) tier.storeNew(r, end);
       if (r.numComputed < r.numTokens) continue;
       const out = r.record.outputTokenIds.length + 1;
       const last = out >= r.targetOutput;
@@ -267,6 +291,7 @@ export class Engine {
       numPreemptedThisStep: preempted,
     };
     if (this.sched.remoteNeeded.length > 0) result.remoteKvNeeded = this.sched.remoteNeeded.slice();
+    if (this.sched.offloadLoads.length > 0) result.offloadLoads = this.sched.offloadLoads.slice();
     return result;
   }
 
@@ -277,6 +302,10 @@ export class Engine {
 
   private finish(r: Req, reason: FinishReason, now: number): void {
     if (r.input.remoteDecode !== true || !this.pd.holdOnFinish(r, reason, now)) this.kv.freeBlocks(r);
+    if (r.cpuLoad !== null) {
+      this.cpuTier?.endLoad(r.cpuLoad);
+      r.cpuLoad = null;
+    }
     r.finished = true;
     r.record.finishReason = reason;
     r.record.finishTime = now;
@@ -321,11 +350,19 @@ export class Engine {
       numFreeBlocks: this.kv.pool.numFreeBlocks,
       numHeldRequests: this.pd.held.size,
       numKvExpiredReqs: c.numKvExpiredReqs,
+      ...(this.cpuTier === null ? {} : { offload: { ...this.cpuTier.counters } }),
     };
   }
 
   /** Block-accounting invariants, checked against every live request. Throws on violation. For tests. */
   checkInvariants(): void {
     checkEngineInvariants(this.config, this.kv.pool, this.sched, this.pd.held);
+    const tier = this.cpuTier;
+    if (tier === null) return;
+    tier.checkInvariants();
+    let pins = 0;
+    for (const r of this.sched.deferred.values()) if (r.cpuLoad !== null) pins += r.cpuLoad.keys.length;
+    if (pins !== tier.totalPins)
+      throw new Error(`cpu tier: ${tier.totalPins} pins but ${pins} loads in flight`);
   }
 }

@@ -3,6 +3,7 @@
  * and what one step gives back. Pure data: times are simulated seconds passed in by the caller.
  */
 import type { KVEventBatch } from "../kv/events.ts";
+import type { OffloadCounters, OffloadLoad } from "./cpu-tier.ts";
 import type { Profile } from "./profile.ts";
 
 export interface EngineConfig {
@@ -43,6 +44,21 @@ export interface EngineConfig {
    * kv_connector_extra_config.kv_lease_duration, default 30). See kv-lease.ts.
    */
   kvLeaseDuration?: number;
+  /** CPU offload tier (vLLM --kv-offloading-size with the native OffloadingConnector); absent = none. */
+  kvOffload?: OffloadConfig;
+}
+
+/** The CPU tier of vLLM's native OffloadingConnector (see cpu-tier.ts). */
+export interface OffloadConfig {
+  /** Host bytes for KV (vLLM cpu_bytes_to_use = --kv-offloading-size × 2^30). */
+  cpuBytes: number;
+  /** Tokens per offloaded chunk (kv_connector_extra_config.block_size; default the GPU block size). */
+  chunkTokens?: number;
+  /** Host→device and device→host bytes per second (default DEFAULT_HOST_LINK_BYTES_PER_SECOND). */
+  loadBandwidth?: number;
+  storeBandwidth?: number;
+  /** kv_connector_extra_config.self_describing_kv_events: CPU events carry tokens and per-block hashes. */
+  selfDescribingEvents?: boolean;
 }
 
 /**
@@ -147,6 +163,11 @@ export interface StepResult {
   numPreemptedThisStep: number;
   /** Consumer requests this step parked waiting for remote KV; absent when there are none. */
   remoteKvNeeded?: RemoteKvNeed[];
+  /**
+   * CPU-tier loads this step started (requests parked waiting for them); absent when none. The
+   * caller calls Engine.completeRemoteKv(requestId, readyAt, true) when each one's copy ends.
+   */
+  offloadLoads?: OffloadLoad[];
 }
 
 /** Counters and gauges behind the vLLM metrics. Counters only grow. */
@@ -178,4 +199,6 @@ export interface EngineStats {
   numHeldRequests: number;
   /** P/D producer: leases that expired before a consumer read the blocks (vllm:nixl_num_kv_expired_reqs). */
   numKvExpiredReqs: number;
+  /** The CPU tier's counters (vllm:kv_offload_*, vllm:external_prefix_cache_*); absent without one. */
+  offload?: OffloadCounters;
 }

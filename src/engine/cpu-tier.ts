@@ -1,0 +1,384 @@
+/**
+ * The CPU offload tier of one engine, after vLLM's native OffloadingConnector
+ * (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py, vllm/v1/kv_offload/cpu/):
+ * KV is stored to host memory in offload chunks of `chunkTokens` (a multiple of the GPU block size,
+ * by default one GPU block) as a request's blocks fill, keyed by the chunk's last GPU block hash;
+ * the tier has its own LRU and capacity (cpu_bytes_to_use ÷ bytes per chunk). A store becomes
+ * hittable when its device→host copy ends; a load pins its chunks until the caller reports the
+ * host→device copy done. Each direction is one FIFO link at its bandwidth, so transfers queue and
+ * none is free. Pure: times are passed in.
+ */
+import type { KVEvent } from "../kv/events.ts";
+import type { Req } from "./engine-state.ts";
+import type { OffloadConfig } from "./types.ts";
+
+/**
+ * Host link defaults. PCIe Gen5 x16 is 63 GB/s per direction theoretical (PCI-SIG PCIe 5.0 spec:
+ * 32 GT/s × 16 lanes, 128b/130b); H100/H200 hosts reach about 50 GB/s with pinned-memory DMA
+ * (NVIDIA H100 datasheet "PCIe Gen5 128 GB/s" bidirectional; vLLM blog 2026-01-08 "KV offloading
+ * connector" measured DMA near link speed with contiguous blocks). Both directions default to 50 GB/s.
+ */
+export const DEFAULT_HOST_LINK_BYTES_PER_SECOND = 50e9;
+
+interface Chunk {
+  /** When its store's copy ends; hittable from then on. */
+  readyAt: number;
+  /** Loads in flight reading it (it cannot be evicted meanwhile). */
+  pins: number;
+  /** The store job it came in: a placeholder BlockStored covers one job's chunks. */
+  job: number;
+  /** Its BlockStored has been published. */
+  published: boolean;
+  /** The placeholder event's hash (the chunk's last GPU block hash). */
+  key: bigint;
+  /** Self-describing events only: the chunk's per-block hashes, parent and tokens. */
+  hashes: bigint[] | null;
+  parent: bigint | null;
+  tokens: number[] | null;
+}
+
+/** A load the engine started: the caller completes it at `readyAt` (Engine.completeRemoteKv). */
+export interface OffloadLoad {
+  requestId: string;
+  /** Prompt tokens the load brings (beyond the GPU hit). */
+  tokens: number;
+  bytes: number;
+  startTime: number;
+  readyAt: number;
+  /** Chunk keys pinned by the load. */
+  keys: string[];
+}
+
+/** One finished or queued copy, for the size histograms. */
+export interface OffloadTransfer {
+  kind: "load" | "store";
+  bytes: number;
+  seconds: number;
+}
+
+/** Counters behind vllm:kv_offload_* (see EngineStats.offload). */
+export interface OffloadCounters {
+  loadBytes: number;
+  loadTime: number;
+  storeBytes: number;
+  storeTime: number;
+  allocationFailures: number;
+  externalQueries: number;
+  externalHits: number;
+  numChunks: number;
+  capacityChunks: number;
+}
+
+const key = (hi: number, lo: number) => `${hi}:${lo}`;
+
+export class CpuTier {
+  readonly chunkTokens: number;
+  readonly chunkBytes: number;
+  readonly capacity: number;
+  private readonly factor: number;
+  private readonly loadBw: number;
+  private readonly storeBw: number;
+  private readonly selfDescribing: boolean;
+  /** Insertion order is LRU order: the first entry is evicted first. */
+  private readonly chunks = new Map<string, Chunk>();
+  /** Stored chunks whose BlockStored is not yet published (published when their copy ends). */
+  private pendingStored: Chunk[] = [];
+  private events: KVEvent[] = [];
+  private jobs = 0;
+  private loadFreeAt = 0;
+  private storeFreeAt = 0;
+  readonly counters: OffloadCounters;
+  /** Copies since the last takeTransfers (only kept when `keepTransfers`). */
+  private transfers: OffloadTransfer[] = [];
+
+  constructor(
+    cfg: OffloadConfig,
+    private readonly blockSize: number,
+    bytesPerToken: number,
+    private readonly emitEvents: boolean,
+    private readonly keepTransfers = true,
+  ) {
+    this.chunkTokens = cfg.chunkTokens ?? blockSize;
+    if (!Number.isInteger(this.chunkTokens) || this.chunkTokens <= 0 || this.chunkTokens % blockSize !== 0)
+      throw new RangeError(
+        `engine config: the offload block size (${cfg.chunkTokens}) must be a positive multiple of the GPU block size ${blockSize}`,
+      );
+    if (!(cfg.cpuBytes > 0)) throw new RangeError("engine config: kvOffload.cpuBytes must be > 0");
+    this.factor = this.chunkTokens / blockSize;
+    this.chunkBytes = bytesPerToken * this.chunkTokens;
+    this.capacity = Math.floor(cfg.cpuBytes / this.chunkBytes);
+    this.loadBw = cfg.loadBandwidth ?? DEFAULT_HOST_LINK_BYTES_PER_SECOND;
+    this.storeBw = cfg.storeBandwidth ?? DEFAULT_HOST_LINK_BYTES_PER_SECOND;
+    if (!(this.loadBw > 0) || !(this.storeBw > 0))
+      throw new RangeError("engine config: kvOffload bandwidths must be > 0 bytes/s");
+    this.selfDescribing = cfg.selfDescribingEvents === true;
+    this.counters = {
+      loadBytes: 0,
+      loadTime: 0,
+      storeBytes: 0,
+      storeTime: 0,
+      allocationFailures: 0,
+      externalQueries: 0,
+      externalHits: 0,
+      numChunks: 0,
+      capacityChunks: this.capacity,
+    };
+  }
+
+  /** Publishes BlockStored for the stores whose copy ended by `now` (vLLM complete_store). */
+  advance(now: number): void {
+    if (this.pendingStored.length === 0) return;
+    const still: Chunk[] = [];
+    const due: Chunk[] = [];
+    for (const c of this.pendingStored) {
+      if (c.published) continue;
+      if (c.readyAt > now) still.push(c);
+      else due.push(c);
+    }
+    this.pendingStored = still;
+    this.publish(due);
+  }
+
+  /**
+   * vLLM get_num_new_matched_tokens: tokens past `gpuHit` found in ready chunks, in whole chunks
+   * counted from the chunk holding token `gpuHit`; 0 when less than a chunk would load.
+   */
+  lookup(r: Req, gpuHit: number, now: number): number {
+    const f = this.factor;
+    const ct = this.chunkTokens;
+    const numChunks = Math.floor(r.hasher.count / f);
+    if (numChunks * ct - gpuHit < ct) return 0;
+    const start = Math.floor(gpuHit / ct);
+    const { his, los } = r.hasher;
+    let hits = 0;
+    for (let i = start; i < numChunks; i++) {
+      const last = (i + 1) * f - 1;
+      const k = key(his[last], los[last]);
+      const c = this.chunks.get(k);
+      if (c === undefined || c.readyAt > now) break;
+      this.chunks.delete(k);
+      this.chunks.set(k, c);
+      hits++;
+    }
+    if (hits === 0) return 0;
+    const tokens = (start + hits) * ct - gpuHit;
+    return tokens < ct ? 0 : tokens;
+  }
+
+  /**
+   * Starts loading `tokens` tokens past `gpuHit` for `r` at `now` (vLLM prepare_load): pins the
+   * chunks and queues the host→device copy behind the loads already in flight.
+   */
+  startLoad(r: Req, gpuHit: number, tokens: number, now: number): OffloadLoad {
+    const f = this.factor;
+    const ct = this.chunkTokens;
+    const start = Math.floor(gpuHit / ct);
+    const end = (gpuHit + tokens) / ct;
+    const keys: string[] = [];
+    for (let i = start; i < end; i++) {
+      const last = (i + 1) * f - 1;
+      const k = key(r.hasher.his[last], r.hasher.los[last]);
+      const c = this.chunks.get(k);
+      if (c === undefined) throw new Error(`cpu tier: chunk ${k} vanished between lookup and load`);
+      c.pins++;
+      keys.push(k);
+    }
+    const bytes = keys.length * this.chunkBytes;
+    const seconds = bytes / this.loadBw;
+    const begin = Math.max(now, this.loadFreeAt);
+    this.loadFreeAt = begin + seconds;
+    this.counters.loadBytes += bytes;
+    this.counters.loadTime += seconds;
+    if (this.keepTransfers) this.transfers.push({ kind: "load", bytes, seconds });
+    return { requestId: r.record.id, tokens, bytes, startTime: begin, readyAt: begin + seconds, keys };
+  }
+
+  /** Unpins a load's chunks (its copy ended, or its request went away). */
+  endLoad(load: OffloadLoad): void {
+    for (const k of load.keys) {
+      const c = this.chunks.get(k);
+      if (c !== undefined && c.pins > 0) c.pins--;
+    }
+  }
+
+  /**
+   * vLLM _get_reqs_to_store, after a step ending at `end`: stores `r`'s newly full chunks of
+   * computed tokens not yet in the tier, evicting LRU chunks that are ready and unpinned; when
+   * they cannot make room the store is skipped (vllm:kv_offload_allocation_failure).
+   */
+  storeNew(r: Req, end: number): void {
+    const ct = this.chunkTokens;
+    const f = this.factor;
+    const upTo = Math.min(Math.floor(r.numComputed / ct), Math.floor(r.hasher.count / f));
+    if (upTo <= r.nextStoreChunk) return;
+    const { his, los } = r.hasher;
+    const fresh: number[] = [];
+    for (let i = r.nextStoreChunk; i < upTo; i++) {
+      const last = (i + 1) * f - 1;
+      if (!this.chunks.has(key(his[last], los[last]))) fresh.push(i);
+    }
+    if (fresh.length > 0 && !this.makeRoom(fresh.length, end)) {
+      this.counters.allocationFailures++;
+      return;
+    }
+    r.nextStoreChunk = upTo;
+    if (fresh.length === 0) return;
+    const bytes = fresh.length * this.chunkBytes;
+    const seconds = bytes / this.storeBw;
+    const begin = Math.max(end, this.storeFreeAt);
+    const readyAt = begin + seconds;
+    const job = ++this.jobs;
+    this.storeFreeAt = readyAt;
+    this.counters.storeBytes += bytes;
+    this.counters.storeTime += seconds;
+    if (this.keepTransfers) this.transfers.push({ kind: "store", bytes, seconds });
+    for (const i of fresh) {
+      const last = (i + 1) * f - 1;
+      const c: Chunk = {
+        readyAt,
+        pins: 0,
+        job,
+        published: false,
+        key: this.emitEvents ? r.hasher.value(last) : 0n,
+        hashes: null,
+        parent: null,
+        tokens: null,
+      };
+      if (this.emitEvents && this.selfDescribing) {
+        c.hashes = [];
+        for (let b = i * f; b <= last; b++) c.hashes.push(r.hasher.value(b));
+        c.parent = i === 0 ? null : r.hasher.value(i * f - 1);
+        c.tokens = Array.from(r.tokens.subarray(i * ct, (i + 1) * ct));
+      }
+      this.chunks.set(key(his[last], los[last]), c);
+      this.pendingStored.push(c);
+    }
+    this.counters.numChunks = this.chunks.size;
+  }
+
+  /** Evicts LRU chunks whose store ended by `now` and that no load pins, until `n` fit. */
+  private makeRoom(n: number, now: number): boolean {
+    let free = this.capacity - this.chunks.size;
+    if (free >= n) return true;
+    const victims: string[] = [];
+    for (const [k, c] of this.chunks) {
+      if (free >= n) break;
+      if (c.pins > 0 || c.readyAt > now) continue;
+      victims.push(k);
+      free++;
+    }
+    if (free < n) return false;
+    const removed: bigint[] = [];
+    const unannounced: Chunk[] = [];
+    for (const k of victims) {
+      const c = this.chunks.get(k) as Chunk;
+      this.chunks.delete(k);
+      if (!c.published) unannounced.push(c);
+      if (c.hashes === null) removed.push(c.key);
+      else for (const h of c.hashes) removed.push(h);
+    }
+    // A store that ended is announced before its removal, so the pair stays in order.
+    this.publish(unannounced);
+    // vLLM prepare_store: one BlockRemoved for the chunks it evicted (self-describing: their blocks).
+    if (this.emitEvents && removed.length > 0)
+      this.events.push({ type: "BlockRemoved", blockHashes: removed, medium: "CPU", groupIdx: 0 });
+    this.counters.numChunks = this.chunks.size;
+    return true;
+  }
+
+  /**
+   * Marks chunks announced and publishes their BlockStored: self-describing, one event per chunk
+   * with its blocks; placeholder (vLLM's default), one event per store job with one hash per chunk.
+   */
+  private publish(cs: Chunk[]): void {
+    for (let i = 0; i < cs.length; i++) {
+      const c = cs[i];
+      c.published = true;
+      if (!this.emitEvents) continue;
+      if (c.hashes !== null) {
+        this.events.push(this.describedEvent(c));
+        continue;
+      }
+      const keys = [c.key];
+      while (i + 1 < cs.length && cs[i + 1].job === c.job && cs[i + 1].hashes === null) {
+        cs[++i].published = true;
+        keys.push(cs[i].key);
+      }
+      this.events.push(placeholderEvent(keys));
+    }
+  }
+
+  private describedEvent(c: Chunk): KVEvent {
+    return {
+      type: "BlockStored",
+      blockHashes: c.hashes ?? [],
+      parentBlockHash: c.parent,
+      tokenIds: c.tokens ?? [],
+      blockSize: this.blockSize,
+      loraId: null,
+      medium: "CPU",
+      loraName: null,
+      extraKeys: null,
+      groupIdx: 0,
+      kvCacheSpecKind: "full_attention",
+      kvCacheSpecSlidingWindow: null,
+    };
+  }
+
+  takeEvents(): KVEvent[] {
+    const e = this.events;
+    this.events = [];
+    return e;
+  }
+
+  /** Copies since the last call (for the vllm:kv_offload_*_size histograms). */
+  takeTransfers(): OffloadTransfer[] {
+    const t = this.transfers;
+    this.transfers = [];
+    return t;
+  }
+
+  /** Chunks held now (ready or being stored). */
+  get size(): number {
+    return this.chunks.size;
+  }
+
+  /** Chunk keys whose copy has ended by `now` (for tests). */
+  readyKeys(now: number): string[] {
+    const out: string[] = [];
+    for (const [k, c] of this.chunks) if (c.readyAt <= now) out.push(k);
+    return out;
+  }
+
+  /** Throws on a broken invariant: capacity, pins. For tests. */
+  checkInvariants(): void {
+    if (this.chunks.size > this.capacity)
+      throw new Error(`cpu tier holds ${this.chunks.size} chunks, capacity ${this.capacity}`);
+    for (const [k, c] of this.chunks) if (c.pins < 0) throw new Error(`cpu chunk ${k} pins ${c.pins}`);
+  }
+
+  /** Sum of the pins (each in-flight load pins its chunks once). For tests. */
+  get totalPins(): number {
+    let n = 0;
+    for (const c of this.chunks.values()) n += c.pins;
+    return n;
+  }
+}
+
+/** vLLM's placeholder CPU BlockStored: one hash per chunk, no tokens or parent, block_size 0. */
+function placeholderEvent(keys: bigint[]): KVEvent {
+  return {
+    type: "BlockStored",
+    blockHashes: keys,
+    parentBlockHash: null,
+    tokenIds: [],
+    blockSize: 0,
+    loraId: null,
+    medium: "CPU",
+    loraName: null,
+    extraKeys: null,
+    groupIdx: 0,
+    kvCacheSpecKind: null,
+    kvCacheSpecSlidingWindow: null,
+  };
+}
