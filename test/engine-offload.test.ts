@@ -38,7 +38,8 @@ function drive(e: Engine, start: number, onStep?: (s: StepResult, now: number) =
   const run: Run = { steps: [], loads: [], records: new Map(), foundAt: new Map(), now: start };
   const pending: OffloadLoad[] = [];
   let now = start;
-  for (let i = 0; i < 100000 && (e.hasUnfinishedRequests() || pending.length > 0); i++) {
+  const busy = () => e.hasUnfinishedRequests() || pending.length > 0 || e.nextOffloadFree() !== null;
+  for (let i = 0; i < 100000 && busy(); i++) {
     pending.sort((a, b) => a.readyAt - b.readyAt);
     while (pending.length > 0 && pending[0].readyAt <= now) {
       const l = pending.shift() as OffloadLoad;
@@ -56,8 +57,14 @@ function drive(e: Engine, start: number, onStep?: (s: StepResult, now: number) =
     }
     for (const o of s.outputs) if (o.record) run.records.set(o.requestId, o.record);
     if (s.numScheduledRequests > 0) now = s.endTime;
-    else if (pending.length > 0) now = Math.max(now, Math.min(...pending.map((l) => l.readyAt)));
-    else if (e.hasUnfinishedRequests()) throw new Error(`stalled at ${now}`);
+    else {
+      // Nothing ran: the next load's end or the next store's end (which frees blocks) moves it on.
+      const wake = [...pending.map((l) => l.readyAt), e.nextOffloadFree() ?? Number.POSITIVE_INFINITY];
+      const next = Math.min(...wake);
+      if (next === Number.POSITIVE_INFINITY) {
+        if (e.hasUnfinishedRequests()) throw new Error(`stalled at ${now}`);
+      } else now = Math.max(now, next);
+    }
   }
   run.now = now;
   return run;
@@ -122,13 +129,26 @@ describe("CPU offload tier: hits", () => {
     assert.equal(e.completeRemoteKv("a2", l.readyAt, true).outcome, "loaded");
   });
 
-  it("stores queue on the device→host link: a store is not hittable before its copy ends", () => {
+  it("a store is not hittable before its copy ends, and its request's GPU blocks wait for it", () => {
     const e = new Engine(tight({ kvOffload: { cpuBytes: 4 * GiB, storeBandwidth: 1e6 } }));
     e.addRequest(req("a", 512, 0), 0);
-    const t = drive(e, 0).now;
-    assert.equal(e.cpuTier?.readyKeys(t).length, 0, "32 chunks at 1 MB/s take minutes to copy");
+    const s = e.step(0);
+    assert.equal(s.outputs[0]?.finishReason, "length", "one step: the prefill and its one token");
+    const t = s.endTime;
+    const bytes = 512 * kvBytesPerToken(e.config.profile.model);
     assert.equal(e.cpuTier?.size, 32);
-    assert.equal(e.stats().offload?.storeBytes, 512 * kvBytesPerToken(e.config.profile.model));
+    assert.equal(e.cpuTier?.readyKeys(t).length, 0, "32 chunks at 1 MB/s take minutes to copy");
+    assert.equal(e.stats().offload?.storeBytes, bytes);
+    const freeAt = e.nextOffloadFree();
+    assert.ok(freeAt !== null && Math.abs(freeAt - (t + bytes / 1e6)) < 1e-6);
+    assert.equal(e.stats().numFreeBlocks, 69 - 32, "a's 32 blocks stay in use while they copy");
+    const before = e.step(freeAt - 1).kvEvents?.events ?? [];
+    assert.equal(before.filter((ev) => ev.type === "BlockStored" && ev.medium === "CPU").length, 0);
+    const after = e.step(freeAt).kvEvents?.events ?? [];
+    assert.equal(after.filter((ev) => ev.type === "BlockStored" && ev.medium === "CPU").length, 1);
+    assert.equal(e.stats().numFreeBlocks, 69);
+    assert.equal(e.nextOffloadFree(), null);
+    e.checkInvariants();
   });
 });
 
@@ -145,8 +165,8 @@ function cpuEvents(over: Partial<EngineConfig>, format: "array" | "map" = "array
   }).now;
   // A late step publishes the stores that ended meanwhile.
   const last = e.step(t + 10).kvEvents;
-  assert.ok(last !== null);
-  for (const ev of decodeEventBatch(encodeEventBatch(last, format)).events) batches.push(ev as KVEvent);
+  if (last !== null)
+    for (const ev of decodeEventBatch(encodeEventBatch(last, format)).events) batches.push(ev as KVEvent);
   for (const ev of batches) if (ev.type === "BlockStored" && ev.medium === "GPU") gpu.push(...ev.blockHashes);
   const cpu = batches.filter((ev): ev is BlockStored => ev.type === "BlockStored" && ev.medium === "CPU");
   return { cpu, gpu };

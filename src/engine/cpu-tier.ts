@@ -6,9 +6,11 @@
  * the tier has its own LRU and capacity (cpu_bytes_to_use ÷ bytes per chunk). A store becomes
  * hittable when its device→host copy ends; a load pins its chunks until the caller reports the
  * host→device copy done. Each direction is one FIFO link at its bandwidth, so transfers queue and
- * none is free. Pure: times are passed in.
+ * none is free. A request that finishes while its stores copy keeps its GPU blocks until they end
+ * (vLLM request_finished returns True while stores are pending). Pure: times are passed in.
  */
 import type { KVEvent } from "../kv/events.ts";
+import type { BlockPool } from "./block-pool.ts";
 import type { Req } from "./engine-state.ts";
 import type { OffloadConfig } from "./types.ts";
 
@@ -85,6 +87,8 @@ export class CpuTier {
   private pendingStored: Chunk[] = [];
   private events: KVEvent[] = [];
   private jobs = 0;
+  /** GPU blocks of finished requests whose stores still copy, freed when `at` is reached. */
+  private deferredFrees: { blocks: number[]; at: number }[] = [];
   private loadFreeAt = 0;
   private storeFreeAt = 0;
   readonly counters: OffloadCounters;
@@ -125,8 +129,19 @@ export class CpuTier {
     };
   }
 
-  /** Publishes BlockStored for the stores whose copy ended by `now` (vLLM complete_store). */
-  advance(now: number): void {
+  /**
+   * Publishes BlockStored for the stores whose copy ended by `now` (vLLM complete_store) and
+   * frees the GPU blocks that waited for them.
+   */
+  advance(now: number, pool: BlockPool): void {
+    if (this.deferredFrees.length > 0) {
+      const keep: { blocks: number[]; at: number }[] = [];
+      for (const d of this.deferredFrees) {
+        if (d.at <= now) pool.freeReversed(d.blocks);
+        else keep.push(d);
+      }
+      this.deferredFrees = keep;
+    }
     if (this.pendingStored.length === 0) return;
     const still: Chunk[] = [];
     const due: Chunk[] = [];
@@ -229,6 +244,7 @@ export class CpuTier {
     const readyAt = begin + seconds;
     const job = ++this.jobs;
     this.storeFreeAt = readyAt;
+    r.storeDoneAt = readyAt;
     this.counters.storeBytes += bytes;
     this.counters.storeTime += seconds;
     if (this.keepTransfers) this.transfers.push({ kind: "store", bytes, seconds });
@@ -323,6 +339,30 @@ export class CpuTier {
       kvCacheSpecKind: "full_attention",
       kvCacheSpecSlidingWindow: null,
     };
+  }
+
+  /**
+   * A request finishing at `now`: when its last store is still copying, takes its GPU blocks
+   * (one reference each) until that store ends and returns true; false to free them as usual.
+   */
+  holdWhileStoring(r: Req, now: number): boolean {
+    if (r.storeDoneAt <= now || r.blocks.length === 0) return false;
+    this.deferredFrees.push({ blocks: r.blocks, at: r.storeDoneAt });
+    r.blocks = [];
+    r.numCachedBlocks = 0;
+    return true;
+  }
+
+  /** When the next blocks waiting for a store are freed, or null when none wait. */
+  nextFree(): number | null {
+    let t: number | null = null;
+    for (const d of this.deferredFrees) if (t === null || d.at < t) t = d.at;
+    return t;
+  }
+
+  /** Adds one reference per block waiting for a store into `refs` (for invariant checks). */
+  countRefs(refs: Int32Array): void {
+    for (const d of this.deferredFrees) for (const b of d.blocks) refs[b]++;
   }
 
   takeEvents(): KVEvent[] {

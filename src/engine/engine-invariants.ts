@@ -2,9 +2,11 @@
  * The engine's block-accounting invariants, checked against every live request (for tests): each
  * block's reference count equals the references running, parked, waiting (a consumer request back
  * from its KV transfer) and held (a producer's) requests make; no plain waiting request holds
- * blocks; every running request has blocks for its computed tokens. Pure.
+ * blocks; every running request has blocks for its computed tokens. With a CPU tier, blocks waiting
+ * for a store count too, and the tier's capacity and pins hold. Pure.
  */
 import type { BlockPool } from "./block-pool.ts";
+import type { CpuTier } from "./cpu-tier.ts";
 import type { StepScheduler } from "./engine-scheduler.ts";
 import { REMOTE_LOADED } from "./engine-state.ts";
 import type { HeldKv } from "./held-kv.ts";
@@ -16,6 +18,7 @@ export function checkEngineInvariants(
   pool: BlockPool,
   sched: StepScheduler,
   held: HeldKv,
+  tier: CpuTier | null = null,
 ): void {
   pool.checkInvariants();
   const refs = new Int32Array(config.numGpuBlocks);
@@ -23,6 +26,7 @@ export function checkEngineInvariants(
   for (const r of sched.running) for (const b of r.blocks) refs[b]++;
   for (const r of sched.deferred.values()) for (const b of r.blocks) refs[b]++;
   held.countRefs(refs);
+  tier?.countRefs(refs);
   for (const r of sched.waiting) {
     if (r.blocks.length !== 0 && r.remote !== REMOTE_LOADED)
       throw new Error(`waiting request ${r.record.id} holds blocks`);
@@ -37,4 +41,10 @@ export function checkEngineInvariants(
       throw new Error(`request ${r.record.id} computed ${r.numComputed} tokens in ${r.blocks.length} blocks`);
   }
   if (sched.running.length > config.maxNumSeqs) throw new Error("running exceeds maxNumSeqs");
+  if (tier === null) return;
+  tier.checkInvariants();
+  let pins = 0;
+  for (const r of sched.deferred.values()) if (r.cpuLoad !== null) pins += r.cpuLoad.keys.length;
+  if (pins !== tier.totalPins)
+    throw new Error(`cpu tier: ${tier.totalPins} pins but ${pins} loads in flight`);
 }

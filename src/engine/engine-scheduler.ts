@@ -135,7 +135,6 @@ export class StepScheduler {
             if (!this.parkForCpu(tier, r, hitBlocks, computed, cpu, now)) break;
             continue;
           }
-          if (!r.admittedOnce) tier.counters.externalQueries += r.numTokens;
         }
         let n = r.numTokens - computed;
         if (cfg.longPrefillTokenThreshold > 0 && n > cfg.longPrefillTokenThreshold)
@@ -149,6 +148,7 @@ export class StepScheduler {
           // vLLM records prefix-cache stats for first admissions; resumed preemptions are counted apart.
           this.counters.prefixCacheQueries += r.numTokens;
           this.counters.prefixCacheHits += computed;
+          if (this.tier !== null) this.tier.counters.externalQueries += r.numTokens;
           r.record.cachedTokens = computed;
           r.admittedOnce = true;
         }

@@ -43,6 +43,8 @@ export interface Req {
   externalTokens: number;
   /** CPU tier: the next offload chunk to store (vLLM _next_stored_block_idx). */
   nextStoreChunk: number;
+  /** CPU tier: when its last store's copy ends (0 before any). */
+  storeDoneAt: number;
   /** CPU tier: the load this request waits for, or null. */
   cpuLoad: OffloadLoad | null;
 }
@@ -140,6 +142,7 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
     remote: req.remotePrefill === true ? REMOTE_PENDING : REMOTE_NONE,
     externalTokens: 0,
     nextStoreChunk: 0,
+    storeDoneAt: 0,
     cpuLoad: null,
   };
   r.tokens.set(prompt);

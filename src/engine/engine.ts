@@ -165,6 +165,14 @@ export class Engine {
     return this.pd.complete(requestId, now, ok);
   }
 
+  /**
+   * CPU tier: when blocks of finished requests that wait for their stores are next freed, or null.
+   * A caller whose step scheduled nothing steps again then (nothing else may free blocks).
+   */
+  nextOffloadFree(): number | null {
+    return this.cpuTier === null ? null : this.cpuTier.nextFree();
+  }
+
   /** P/D producer: frees the blocks held for `requestId` (read by the consumer, or released). */
   releaseHeld(requestId: string, _now: number): boolean {
     return this.pd.held.release(requestId);
@@ -198,7 +206,7 @@ export class Engine {
     const cfg = this.config;
     const bs = cfg.blockSize;
     const tier = this.cpuTier;
-    if (tier !== null) tier.advance(now);
+    if (tier !== null) tier.advance(now, this.kv.pool);
     const preempted = this.sched.schedule(now);
     const { schedReq, schedN } = this.sched;
 
@@ -301,11 +309,16 @@ export class Engine {
   }
 
   private finish(r: Req, reason: FinishReason, now: number): void {
-    if (r.input.remoteDecode !== true || !this.pd.holdOnFinish(r, reason, now)) this.kv.freeBlocks(r);
-    if (r.cpuLoad !== null) {
-      this.cpuTier?.endLoad(r.cpuLoad);
+    const tier = this.cpuTier;
+    if (tier !== null && r.cpuLoad !== null) {
+      tier.endLoad(r.cpuLoad);
       r.cpuLoad = null;
     }
+    // A P/D producer's blocks wait for their consumer, a storing request's for its stores.
+    const kept =
+      (r.input.remoteDecode === true && this.pd.holdOnFinish(r, reason, now)) ||
+      tier?.holdWhileStoring(r, now) === true;
+    if (!kept) this.kv.freeBlocks(r);
     r.finished = true;
     r.record.finishReason = reason;
     r.record.finishTime = now;
@@ -356,13 +369,6 @@ export class Engine {
 
   /** Block-accounting invariants, checked against every live request. Throws on violation. For tests. */
   checkInvariants(): void {
-    checkEngineInvariants(this.config, this.kv.pool, this.sched, this.pd.held);
-    const tier = this.cpuTier;
-    if (tier === null) return;
-    tier.checkInvariants();
-    let pins = 0;
-    for (const r of this.sched.deferred.values()) if (r.cpuLoad !== null) pins += r.cpuLoad.keys.length;
-    if (pins !== tier.totalPins)
-      throw new Error(`cpu tier: ${tier.totalPins} pins but ${pins} loads in flight`);
+    checkEngineInvariants(this.config, this.kv.pool, this.sched, this.pd.held, this.cpuTier);
   }
 }
