@@ -226,14 +226,17 @@ describe("CPU offload tier: accounting under random workloads", () => {
         const base = tight({ maxModelLen: 512, numGpuBlocks: 60 });
         const chunkTokens = 16 * w.chunkFactor;
         const bpt = kvBytesPerToken(base.profile.model);
-        const e = new Engine({
-          ...base,
-          kvOffload: {
-            cpuBytes: w.cpuChunks * chunkTokens * bpt,
-            chunkTokens,
-            selfDescribingEvents: w.selfDescribing,
+        const e = new Engine(
+          {
+            ...base,
+            kvOffload: {
+              cpuBytes: w.cpuChunks * chunkTokens * bpt,
+              chunkTokens,
+              selfDescribingEvents: w.selfDescribing,
+            },
           },
-        });
+          { keepOffloadTransfers: true },
+        );
         const tier = e.cpuTier;
         assert.ok(tier);
         assert.equal(tier.capacity, w.cpuChunks);

@@ -36,6 +36,9 @@ interface Flags {
   kvEventsConfig?: string;
   kvEventsFormat?: "array" | "map";
   kvTransferConfig?: string;
+  kvOffloadingSize?: number;
+  kvOffloadingBackend?: "native" | "lmcache";
+  kvOffloadingBandwidth?: number;
   nixlSideChannelHost?: string;
   nixlSideChannelPort?: number;
   kvTransport?: "rdma" | "tcp";
@@ -119,6 +122,22 @@ export function registerSimReplica(program: Command): Command {
       'P/D as vLLM\'s NixlConnector, e.g. \'{"kv_connector":"NixlConnector","kv_role":"kv_producer"}\' (kv_consumer on the decoder)',
     )
     .option(
+      "--kv-offloading-size <GiB>",
+      "CPU KV offload tier of this many GiB (vLLM's native OffloadingConnector); or name the OffloadingConnector in --kv-transfer-config",
+      number,
+    )
+    .addOption(
+      new Option("--kv-offloading-backend <backend>", "offload backend (only native is simulated)").choices([
+        "native",
+        "lmcache",
+      ]),
+    )
+    .option(
+      "--kv-offloading-bandwidth <GB/s>",
+      "modelled host↔device bandwidth of the CPU tier, each direction (default 50, PCIe Gen5 x16 achievable)",
+      number,
+    )
+    .option(
       "--nixl-side-channel-host <host>",
       "NIXL side-channel host, bound and advertised as remote_host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else localhost)",
     )
@@ -194,6 +213,11 @@ export function registerSimReplica(program: Command): Command {
       kvEventsConfig: flags.kvEventsConfig ?? null,
       kvEventsFormat: flags.kvEventsFormat,
       kvTransferConfig: flags.kvTransferConfig ?? null,
+      ...(flags.kvOffloadingSize !== undefined && { kvOffloadingSize: flags.kvOffloadingSize }),
+      ...(flags.kvOffloadingBackend !== undefined && { kvOffloadingBackend: flags.kvOffloadingBackend }),
+      ...(flags.kvOffloadingBandwidth !== undefined && {
+        kvOffloadingBandwidth: flags.kvOffloadingBandwidth * 1e9,
+      }),
       ...(flags.nixlSideChannelHost !== undefined && { nixlSideChannelHost: flags.nixlSideChannelHost }),
       ...(flags.nixlSideChannelPort !== undefined && { nixlSideChannelPort: flags.nixlSideChannelPort }),
       kvTransport: flags.kvTransport,

@@ -29,7 +29,10 @@ const COMPAT_FLAGS: readonly CompatFlag[] = [
   { flags: "--kv-cache-dtype <dtype>", why: "the profile fixes the KV cache's bytes per token" },
   { flags: "--quantization <method>", why: "the profile fixes the weights' size" },
   { flags: "--swap-space <GiB>", why: "no CPU swap is modelled; preemption recomputes, as in vLLM V1" },
-  { flags: "--cpu-offload-gb <GiB>", why: "no CPU offload is modelled" },
+  {
+    flags: "--cpu-offload-gb <GiB>",
+    why: "weight offload is not modelled (KV offload to CPU is: --kv-offloading-size)",
+  },
   { flags: "--enforce-eager", why: "step times come from the profile's roofline model" },
   { flags: "--enable-chunked-prefill", why: "prefill is always chunked, as in vLLM V1" },
   { flags: "--no-enable-chunked-prefill", why: "prefill is always chunked, as in vLLM V1" },

@@ -100,7 +100,7 @@ export class CpuTier {
     private readonly blockSize: number,
     bytesPerToken: number,
     private readonly emitEvents: boolean,
-    private readonly keepTransfers = true,
+    private readonly keepTransfers = false,
   ) {
     this.chunkTokens = cfg.chunkTokens ?? blockSize;
     if (!Number.isInteger(this.chunkTokens) || this.chunkTokens <= 0 || this.chunkTokens % blockSize !== 0)

@@ -44,6 +44,8 @@ export interface EngineOptions {
    * caller then must never modify. fast64 only; without it every prompt is hashed.
    */
   promptHashMemo?: PromptHashMemo;
+  /** CPU tier: keep each copy for cpuTier.takeTransfers (the size histograms); off by default. */
+  keepOffloadTransfers?: boolean;
 }
 
 /** The step's event list when KV events are off (never mutated). */
@@ -97,6 +99,7 @@ export class Engine {
             config.blockSize,
             kvBytesPerToken(config.profile.model),
             config.enableKvCacheEvents,
+            options.keepOffloadTransfers === true,
           );
     this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
     this.sched = new StepScheduler(config, this.kv, this.counters, this.cpuTier);

@@ -88,6 +88,8 @@ export class ReplicaDriver {
   /** Latest arrival while idle: the first step starts there. */
   private wakeAt = 0;
   private stalled = false;
+  /** Timers waiting for CPU-tier copies to end. */
+  private readonly waits = new Set<NodeJS.Timeout>();
   private closed = false;
 
   constructor(engine: Engine, opts: DriverOptions) {
@@ -253,12 +255,17 @@ export class ReplicaDriver {
       const step = this.engine.step(start);
       const needs = step.remoteKvNeeded;
       if (needs) safe(() => this.opts.onRemoteKvNeeded?.(needs, step.startTime), this.opts.log);
+      for (const l of step.offloadLoads ?? [])
+        this.at(l.readyAt, (e, t) => e.completeRemoteKv(l.requestId, t, true));
       if (step.numScheduledRequests === 0 && step.outputs.length === 0 && !(step.endTime > step.startTime)) {
         // Nothing can run (no free blocks and nothing to preempt, or only requests waiting for
         // remote KV): wait for an arrival, an abort or a KV transfer.
         this.stalled = true;
         this.lastEnd = Math.max(this.lastEnd, step.endTime);
         if (step.kvEvents) safe(() => this.opts.onStep?.(step, 0), this.opts.log);
+        // Blocks of finished requests wait for their CPU-tier stores: step again when they are freed.
+        const free = this.engine.nextOffloadFree();
+        if (free !== null) this.at(free, () => undefined);
         if (this.engine.stats().numRequestsWaiting > this.engine.waitingForRemoteKv().length)
           this.opts.log?.(`sim-replica: engine made no progress at t=${start.toFixed(3)}s; waiting`);
         return;
@@ -290,9 +297,33 @@ export class ReplicaDriver {
     }
   }
 
+  /**
+   * At simulated time `due` (a CPU-tier copy's end), runs `fn` on the engine at that time and steps
+   * on from there, never earlier: the transfer's time is the engine's, not the wall clock's.
+   */
+  private at(due: number, fn: (engine: Engine, now: number) => unknown): void {
+    const fire = () => {
+      const ms = Math.ceil(((due - this.simNow()) / this.timeScale) * 1000);
+      if (ms > 0 && !this.closed) {
+        this.waits.delete(t);
+        t = setTimeout(fire, ms);
+        this.waits.add(t);
+        return;
+      }
+      this.waits.delete(t);
+      if (this.closed) return;
+      this.wakeAt = Math.max(this.wakeAt, due);
+      this.act((e, now) => fn(e, Math.max(now, due)));
+    };
+    let t = setTimeout(fire, Math.max(0, Math.ceil(((due - this.simNow()) / this.timeScale) * 1000)));
+    this.waits.add(t);
+  }
+
   /** Stops timers and aborts everything in flight; sinks get no further calls. */
   close(): void {
     if (this.closed) return;
+    for (const w of this.waits) clearTimeout(w);
+    this.waits.clear();
     for (const id of [...this.entries.keys()]) this.cancel(id);
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);

@@ -6,9 +6,14 @@
  */
 import { numGpuBlocksFor, type Profile } from "../engine/profile.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
-import type { EngineConfig } from "../engine/types.ts";
+import type { EngineConfig, OffloadConfig } from "../engine/types.ts";
 import { checkFaultOptions, type FaultOptions, NO_FAULTS } from "./faults.ts";
 import { type KvEventsConfig, parseKvEventsConfig } from "./kv-events-config.ts";
+import {
+  type KvOffloadingBackend,
+  offloadFromFlags,
+  offloadFromTransferConfig,
+} from "./kv-offload-config.ts";
 import {
   KV_LINK_PRESETS,
   type KvLink,
@@ -58,8 +63,14 @@ export interface ReplicaSettings {
   /** Parsed config or the JSON text of --kv-events-config. */
   kvEventsConfig?: KvEventsConfig | string | null;
   kvEventsFormat?: "array" | "map";
-  /** Parsed config or the JSON text of --kv-transfer-config (P/D with NixlConnector). */
+  /** Parsed config or the JSON text of --kv-transfer-config (P/D with NixlConnector, or the OffloadingConnector). */
   kvTransferConfig?: KvTransferConfig | string | null;
+  /** vLLM --kv-offloading-size, GiB of host memory for the CPU KV tier. */
+  kvOffloadingSize?: number;
+  /** vLLM --kv-offloading-backend (native; lmcache is not simulated). */
+  kvOffloadingBackend?: KvOffloadingBackend;
+  /** Host-link bandwidth of the CPU tier, bytes/s, both directions (default 50 GB/s). */
+  kvOffloadingBandwidth?: number;
   /** The advertised and bound side-channel host (default: $VLLM_NIXL_SIDE_CHANNEL_HOST, else localhost). */
   nixlSideChannelHost?: string;
   /** Side-channel base port (default: $VLLM_NIXL_SIDE_CHANNEL_PORT, else 5600), plus the DP rank; 0 = any free port. */
@@ -101,6 +112,8 @@ export interface ReplicaOptions {
   kvEventsConfig: KvEventsConfig | null;
   kvEventsFormat: "array" | "map";
   kvTransferConfig: KvTransferConfig | null;
+  /** The CPU offload tier, or null. */
+  kvOffload: OffloadConfig | null;
   /** Where the NIXL side channel listens and what kv_transfer_params advertise. */
   sideChannel: { host: string; port: number };
   kvLink: KvLink;
@@ -198,11 +211,29 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
   }
   let kvTransferConfig: KvTransferConfig | null = null;
   let sideChannel = { host: "localhost", port: 5600 };
+  let kvOffload: OffloadConfig | null = null;
   try {
-    kvTransferConfig =
+    kvOffload = offloadFromFlags(s.kvOffloadingSize, s.kvOffloadingBackend, s.kvOffloadingBandwidth);
+  } catch (err) {
+    const flag = (err as Error).message.split(" ")[0]!;
+    throw new ReplicaOptionError(flag, (err as Error).message.replace(/^\S+ /, ""));
+  }
+  try {
+    const fromJson =
       typeof s.kvTransferConfig === "string"
-        ? parseKvTransferConfig(s.kvTransferConfig)
-        : (s.kvTransferConfig ?? null);
+        ? offloadFromTransferConfig(parseJsonOrNull(s.kvTransferConfig), s.kvOffloadingBandwidth)
+        : null;
+    if (fromJson !== null) {
+      if (kvOffload !== null)
+        throw new Error(
+          "names the OffloadingConnector and --kv-offloading-size is given too; use one of them",
+        );
+      kvOffload = fromJson;
+    } else
+      kvTransferConfig =
+        typeof s.kvTransferConfig === "string"
+          ? parseKvTransferConfig(s.kvTransferConfig)
+          : (s.kvTransferConfig ?? null);
     sideChannel = sideChannelAddress(process.env, dataParallelRank, {
       ...(s.nixlSideChannelHost !== undefined && { host: s.nixlSideChannelHost }),
       ...(s.nixlSideChannelPort !== undefined && { port: s.nixlSideChannelPort }),
@@ -214,6 +245,16 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     throw new ReplicaOptionError(
       "--nixl-side-channel-port",
       `must be a port in [0, 65535], got ${sideChannel.port}`,
+    );
+  if (kvOffload !== null && !(s.enablePrefixCaching ?? true))
+    throw new ReplicaOptionError(
+      "--kv-offloading-size",
+      "needs prefix caching (the CPU tier is keyed by block hashes); drop --no-enable-prefix-caching",
+    );
+  if (kvOffload?.chunkTokens !== undefined && kvOffload.chunkTokens % blockSize !== 0)
+    throw new ReplicaOptionError(
+      "--kv-transfer-config",
+      `kv_connector_extra_config.block_size ${kvOffload.chunkTokens} must be a multiple of --block-size ${blockSize}`,
     );
   const transport = s.kvTransport ?? "rdma";
   if (transport !== "rdma" && transport !== "tcp")
@@ -280,6 +321,7 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     kvEventsConfig,
     kvEventsFormat,
     kvTransferConfig,
+    kvOffload,
     sideChannel,
     kvLink,
     dataParallelRank,
@@ -289,6 +331,15 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     onCrash: s.onCrash ?? null,
     log: s.log ?? ((line) => console.error(line)),
   };
+}
+
+/** The parsed JSON, or null when it does not parse (parseKvTransferConfig then says why). */
+function parseJsonOrNull(json: string): unknown {
+  try {
+    return JSON.parse(json);
+  } catch {
+    return null;
+  }
 }
 
 /** The engine configuration these options describe. */
@@ -310,6 +361,7 @@ export function engineConfigOf(o: ReplicaOptions): EngineConfig {
     schedulingPolicy: o.schedulingPolicy,
     vocabSize: o.tokenizer.vocabSize,
     eosTokenId: o.tokenizer.eosTokenId,
+    ...(o.kvOffload !== null && { kvOffload: o.kvOffload }),
     ...(o.kvTransferConfig && {
       kvLoadFailurePolicy: o.kvTransferConfig.kvLoadFailurePolicy,
       kvLeaseDuration: o.kvTransferConfig.kvLeaseDuration,

@@ -13,6 +13,7 @@ import { Faults, GARBLED_METRICS } from "./faults.ts";
 import { publishesEvents } from "./kv-events-config.ts";
 import { ZmqEventPublisher } from "./kv-publisher.ts";
 import { NixlConnector } from "./nixl-connector.ts";
+import { OffloadMetrics } from "./offload-metrics.ts";
 import { ReplicaDriver } from "./replica-driver.ts";
 import { type GenerateContext, handleGeneration } from "./replica-generate.ts";
 import {
@@ -44,6 +45,7 @@ export class ReplicaServer {
   readonly engine: Engine;
   readonly driver: ReplicaDriver;
   readonly metrics: VllmMetrics;
+  private readonly offloadMetrics: OffloadMetrics | null;
   readonly faults: Faults;
   /** KV-event publisher when --kv-events-config enables ZMQ publishing. */
   readonly publisher: ZmqEventPublisher | null;
@@ -60,7 +62,7 @@ export class ReplicaServer {
   private constructor(opts: ReplicaOptions, publisher: ZmqEventPublisher | null) {
     this.opts = opts;
     this.publisher = publisher;
-    this.engine = new Engine(engineConfigOf(opts));
+    this.engine = new Engine(engineConfigOf(opts), { keepOffloadTransfers: true });
     this.faults = new Faults(opts.faults, opts.seed, () => (opts.onCrash ?? (() => this.crash()))());
     this.driver = new ReplicaDriver(this.engine, {
       timeScale: opts.timeScale,
@@ -104,6 +106,16 @@ export class ReplicaServer {
     this.nixl = opts.kvTransferConfig
       ? NixlConnector.forReplica(opts, this.driver, this.metrics.registry)
       : null;
+    const tier = this.engine.cpuTier;
+    this.offloadMetrics =
+      tier === null
+        ? null
+        : new OffloadMetrics(
+            this.metrics.registry,
+            { model_name: opts.servedModelNames[0]!, engine: String(opts.dataParallelRank) },
+            () => this.engine.stats().offload,
+            () => tier.takeTransfers(),
+          );
     this.generateCtx = {
       nixl: this.nixl,
       opts,
@@ -287,6 +299,7 @@ export class ReplicaServer {
   private async serveMetrics(res: ServerResponse): Promise<void> {
     const fault = this.opts.faults.metrics;
     if (fault === "stall") return; // never answered; the socket is destroyed on close()
+    this.offloadMetrics?.refresh();
     const text = fault === "garbled" ? GARBLED_METRICS : await this.metrics.render();
     const data = Buffer.from(text);
     res.writeHead(200, { "content-type": METRICS_CONTENT_TYPE, "content-length": data.length });
