@@ -84,7 +84,9 @@ export class PdKv {
       if (computed === r.numTokens) computed--;
       r.remote = REMOTE_LOADED;
       r.externalTokens = Math.max(0, computed - r.record.cachedTokens);
-      r.record.externalTokens = r.externalTokens;
+      // A CPU-tier hit is a cached_tokens hit to the client; a P/D transfer is not a cache hit.
+      if (load === null) r.record.externalTokens = r.externalTokens;
+      else r.record.offloadedTokens = r.externalTokens;
       r.record.cachedTokens = computed;
       r.numComputed = computed;
       this.kv.cacheComputed(r, computed);

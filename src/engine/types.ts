@@ -124,6 +124,8 @@ export interface RequestRecord {
   remoteNumTokens?: number;
   /** P/D consumer: prompt tokens that came over the KV transfer (0 or absent otherwise). */
   externalTokens?: number;
+  /** CPU tier: prompt tokens loaded from it (part of cachedTokens; absent without a load). */
+  offloadedTokens?: number;
 }
 
 /**

@@ -44,7 +44,9 @@ export type EventKind =
   /** P/D (pd.ts): a (decoder, prefiller) pair's handshake is done and a KV pull may start. */
   | "kv-start"
   /** P/D: a KV pull landed on the decoder. */
-  | "kv-done";
+  | "kv-done"
+  /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
+  | "offload-done";
 
 export interface SimEvent {
   time: number;

@@ -368,6 +368,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     q.push(++scrapeTick * o.scrapeInterval, Priority.SCRAPE, "scrape");
   };
 
+  /** Engine request ids of CPU-tier loads in flight, by the index their offload-done event carries. */
+  const offloadIds: (string | undefined)[] = [];
+  const freeSlots: number[] = [];
   q.push(0, Priority.SCRAPE, "scrape");
   queueArrival();
   while (resolved < n) {
@@ -408,12 +411,36 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         if (hasRunnable(p)) queueStart(p);
         break;
       }
+      case "offload-done": {
+        const rep = replicas[e.replica];
+        const id = offloadIds[e.request] as string;
+        offloadIds[e.request] = undefined;
+        freeSlots.push(e.request);
+        rep.engine.completeRemoteKv(id, now, true);
+        rep.publish();
+        queueStart(rep);
+        break;
+      }
       case "step-start": {
         const rep = replicas[e.replica];
         rep.startPending = false;
         if (!rep.busy && hasRunnable(rep)) {
           const end = rep.startStep(now);
           if (end !== null) q.push(end, Priority.STEP_END, "step-end", rep.index);
+          else {
+            // Blocked on blocks that wait for CPU-tier stores: step again when they are freed.
+            const free = rep.engine.nextOffloadFree();
+            if (free !== null) {
+              rep.startPending = true;
+              q.push(Math.max(now, free), Priority.STEP_START, "step-start", rep.index);
+            }
+          }
+          // CPU-tier loads this step started end at their modelled time (the caller completes them).
+          for (const l of rep.inFlight?.offloadLoads ?? []) {
+            const slot = freeSlots.pop() ?? offloadIds.length;
+            offloadIds[slot] = l.requestId;
+            q.push(l.readyAt, Priority.DELIVER, "offload-done", rep.index, slot);
+          }
           // Decode legs this step parked pull their KV from now on (vLLM starts the load with the step).
           const parked = rep.inFlight?.remoteKvNeeded;
           if (parked !== undefined) (pd as PdRun).afterStep(rep, parked, now);

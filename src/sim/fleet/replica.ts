@@ -11,7 +11,7 @@ import { type BlockHashAlgo, Engine } from "../../engine/engine.ts";
 import type { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import { mixSeed } from "../../engine/output-tokens.ts";
 import type { Profile } from "../../engine/profile.ts";
-import type { EngineStats, StepResult, TokenOutput } from "../../engine/types.ts";
+import type { EngineStats, OffloadConfig, StepResult, TokenOutput } from "../../engine/types.ts";
 import type { EndpointMetrics, EndpointState } from "../../scheduler/types.ts";
 import { StepTimeline } from "./step-timeline.ts";
 
@@ -30,6 +30,8 @@ export interface FleetConfig {
   labels: Record<string, string>;
   blockHashAlgo: BlockHashAlgo;
   enableKvCacheEvents: boolean;
+  /** The replicas' CPU offload tier, if any. */
+  kvOffload?: OffloadConfig;
 }
 
 /** The gauges vLLM publishes at the end of each step. */
@@ -85,6 +87,7 @@ export class Replica {
         dataParallelRank: 0,
         enableKvCacheEvents: cfg.enableKvCacheEvents,
         profile: cfg.profile,
+        ...(cfg.kvOffload !== undefined && { kvOffload: cfg.kvOffload }),
       },
       { blockHashAlgo: cfg.blockHashAlgo, ...(memo !== undefined ? { promptHashMemo: memo } : {}) },
     );
@@ -121,15 +124,18 @@ export class Replica {
   /**
    * Starts a step at `now`; returns its end time, or null when it scheduled nothing because the
    * engine waits on P/D KV (requests parked for a transfer, or blocks held for a decoder, that a
-   * transfer's end will change). A step that only parks P/D requests ends at once. Throws if the
+   * transfer's end will change) or on CPU-tier copies. A step that only parks requests (P/D or a
+   * CPU-tier load) ends at once. Throws if the
    * engine has work but schedules none otherwise.
    */
   startStep(now: number): number | null {
     const r = this.engine.step(now);
     if (r.numScheduledRequests === 0) {
-      if (r.remoteKvNeeded === undefined) {
+      if (r.remoteKvNeeded === undefined && r.offloadLoads === undefined) {
         const s = this.engine.stats();
         if (s.numRequestsWaitingDeferred > 0 || s.numHeldRequests > 0) return null;
+        // Blocks of finished requests wait for their CPU-tier stores: the caller steps again then.
+        if (this.engine.nextOffloadFree() !== null) return null;
         throw new Error(
           `replica ${this.state.id} stalled at t=${now}: requests waiting but none schedulable`,
         );

@@ -39,6 +39,12 @@ const poolFields = {
   maxNumSeqs: posInt.optional(),
   maxNumBatchedTokens: posInt.optional(),
   labels: z.record(z.string(), z.string()).optional(),
+  /** CPU KV offload tier per replica, GiB (vLLM --kv-offloading-size, native OffloadingConnector). */
+  kvOffloadingSize: z.number().finite().positive().optional(),
+  /** Its host↔device bandwidth per direction, GB/s (default 50). */
+  kvOffloadingBandwidthGBps: z.number().finite().positive().optional(),
+  /** Its offload chunk in tokens (kv_connector_extra_config.block_size; default blockSize). */
+  kvOffloadingBlockSize: posInt.optional(),
 };
 
 /** One pool of a P/D fleet; `role` sets the replicas' llm-d.ai/role label. */
@@ -243,6 +249,26 @@ function resolvePools(
         `${maxModelLen} tokens do not fit the KV cache (${(numGpuBlocks - 1) * blockSize} tokens); lower it or raise kvTokens`,
       );
     const role = "role" in pool ? pool.role : undefined;
+    if (p.kvOffloadingBlockSize !== undefined && p.kvOffloadingBlockSize % blockSize !== 0)
+      fail(origin, `${at}.kvOffloadingBlockSize`, `must be a multiple of blockSize ${blockSize}`);
+    if (
+      p.kvOffloadingSize === undefined &&
+      (p.kvOffloadingBlockSize ?? p.kvOffloadingBandwidthGBps) !== undefined
+    )
+      fail(
+        origin,
+        `${at}.kvOffloadingSize`,
+        "required with kvOffloadingBlockSize or kvOffloadingBandwidthGBps",
+      );
+    const bw = p.kvOffloadingBandwidthGBps;
+    const kvOffload =
+      p.kvOffloadingSize === undefined
+        ? undefined
+        : {
+            cpuBytes: p.kvOffloadingSize * 2 ** 30,
+            ...(p.kvOffloadingBlockSize !== undefined && { chunkTokens: p.kvOffloadingBlockSize }),
+            ...(bw !== undefined && { loadBandwidth: bw * 1e9, storeBandwidth: bw * 1e9 }),
+          };
     return {
       replicas: p.replicas,
       profile,
@@ -255,6 +281,7 @@ function resolvePools(
       labels: { ...(p.labels ?? {}), ...(role !== undefined ? { [ROLE_LABEL]: role } : {}) },
       blockHashAlgo: s.blockHash ?? "fast64",
       enableKvCacheEvents: s.kvEvents ?? false,
+      ...(kvOffload !== undefined && { kvOffload }),
     };
   });
   if (models.size > 1)
