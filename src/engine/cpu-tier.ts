@@ -11,8 +11,17 @@
  */
 import type { KVEvent } from "../kv/events.ts";
 import type { BlockPool } from "./block-pool.ts";
+import {
+  describedEvent,
+  type OffloadCounters,
+  type OffloadLoad,
+  type OffloadTransfer,
+  placeholderEvent,
+} from "./cpu-tier-events.ts";
 import type { Req } from "./engine-state.ts";
 import type { OffloadConfig } from "./types.ts";
+
+export type { OffloadCounters, OffloadLoad, OffloadTransfer } from "./cpu-tier-events.ts";
 
 /**
  * Host link defaults. PCIe Gen5 x16 is 63 GB/s per direction theoretical (PCI-SIG PCIe 5.0 spec:
@@ -37,38 +46,6 @@ interface Chunk {
   hashes: bigint[] | null;
   parent: bigint | null;
   tokens: number[] | null;
-}
-
-/** A load the engine started: the caller completes it at `readyAt` (Engine.completeRemoteKv). */
-export interface OffloadLoad {
-  requestId: string;
-  /** Prompt tokens the load brings (beyond the GPU hit). */
-  tokens: number;
-  bytes: number;
-  startTime: number;
-  readyAt: number;
-  /** Chunk keys pinned by the load. */
-  keys: string[];
-}
-
-/** One finished or queued copy, for the size histograms. */
-export interface OffloadTransfer {
-  kind: "load" | "store";
-  bytes: number;
-  seconds: number;
-}
-
-/** Counters behind vllm:kv_offload_* (see EngineStats.offload). */
-export interface OffloadCounters {
-  loadBytes: number;
-  loadTime: number;
-  storeBytes: number;
-  storeTime: number;
-  allocationFailures: number;
-  externalQueries: number;
-  externalHits: number;
-  numChunks: number;
-  capacityChunks: number;
 }
 
 const key = (hi: number, lo: number) => `${hi}:${lo}`;
@@ -312,7 +289,7 @@ export class CpuTier {
       c.published = true;
       if (!this.emitEvents) continue;
       if (c.hashes !== null) {
-        this.events.push(this.describedEvent(c));
+        this.events.push(describedEvent(c.hashes, c.parent, c.tokens ?? [], this.blockSize));
         continue;
       }
       const keys = [c.key];
@@ -322,23 +299,6 @@ export class CpuTier {
       }
       this.events.push(placeholderEvent(keys));
     }
-  }
-
-  private describedEvent(c: Chunk): KVEvent {
-    return {
-      type: "BlockStored",
-      blockHashes: c.hashes ?? [],
-      parentBlockHash: c.parent,
-      tokenIds: c.tokens ?? [],
-      blockSize: this.blockSize,
-      loraId: null,
-      medium: "CPU",
-      loraName: null,
-      extraKeys: null,
-      groupIdx: 0,
-      kvCacheSpecKind: "full_attention",
-      kvCacheSpecSlidingWindow: null,
-    };
   }
 
   /**
@@ -403,22 +363,4 @@ export class CpuTier {
     for (const c of this.chunks.values()) n += c.pins;
     return n;
   }
-}
-
-/** vLLM's placeholder CPU BlockStored: one hash per chunk, no tokens or parent, block_size 0. */
-function placeholderEvent(keys: bigint[]): KVEvent {
-  return {
-    type: "BlockStored",
-    blockHashes: keys,
-    parentBlockHash: null,
-    tokenIds: [],
-    blockSize: 0,
-    loraId: null,
-    medium: "CPU",
-    loraName: null,
-    extraKeys: null,
-    groupIdx: 0,
-    kvCacheSpecKind: null,
-    kvCacheSpecSlidingWindow: null,
-  };
 }

@@ -1,5 +1,6 @@
 /**
- * The engine's block-accounting invariants, checked against every live request (for tests): each
+ * What the engine reports about its state: its stats (the counters and gauges behind the vLLM
+ * metrics) and its block-accounting invariants, checked against every live request (for tests): each
  * block's reference count equals the references running, parked, waiting (a consumer request back
  * from its KV transfer) and held (a producer's) requests make; no plain waiting request holds
  * blocks; every running request has blocks for its computed tokens. With a CPU tier, blocks waiting
@@ -8,9 +9,10 @@
 import type { BlockPool } from "./block-pool.ts";
 import type { CpuTier } from "./cpu-tier.ts";
 import type { StepScheduler } from "./engine-scheduler.ts";
+import type { EngineCounters } from "./engine-state.ts";
 import { REMOTE_LOADED } from "./engine-state.ts";
 import type { HeldKv } from "./held-kv.ts";
-import type { EngineConfig } from "./types.ts";
+import type { EngineConfig, EngineStats } from "./types.ts";
 
 /** Throws an Error describing the first violation. */
 export function checkEngineInvariants(
@@ -47,4 +49,39 @@ export function checkEngineInvariants(
   for (const r of sched.deferred.values()) if (r.cpuLoad !== null) pins += r.cpuLoad.keys.length;
   if (pins !== tier.totalPins)
     throw new Error(`cpu tier: ${tier.totalPins} pins but ${pins} loads in flight`);
+}
+
+/** The engine's stats now (a fresh object; counters only grow). */
+export function engineStats(
+  c: EngineCounters,
+  sched: StepScheduler,
+  pool: BlockPool,
+  held: HeldKv,
+  tier: CpuTier | null,
+): EngineStats {
+  const deferred = sched.deferred.size;
+  const s: EngineStats = {
+    numRequestsRunning: sched.running.length,
+    numRequestsWaiting: sched.waiting.length + deferred,
+    numRequestsWaitingDeferred: deferred,
+    kvCacheUsage: pool.usage(),
+    prefixCacheQueries: c.prefixCacheQueries,
+    prefixCacheHits: c.prefixCacheHits,
+    numPreemptions: c.numPreemptions,
+    promptTokens: c.promptTokens,
+    promptTokensBySource: {
+      local_compute: c.promptTokens - c.promptCacheHit - c.promptExternal,
+      local_cache_hit: c.promptCacheHit,
+      external_kv_transfer: c.promptExternal,
+    },
+    generationTokens: c.generationTokens,
+    requestSuccess: { ...c.requestSuccess },
+    numSteps: c.numSteps,
+    numCachedBlocks: pool.numCachedHashes,
+    numFreeBlocks: pool.numFreeBlocks,
+    numHeldRequests: held.size,
+    numKvExpiredReqs: c.numKvExpiredReqs,
+  };
+  if (tier !== null) s.offload = { ...tier.counters };
+  return s;
 }

@@ -14,7 +14,7 @@
  */
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
 import { CpuTier } from "./cpu-tier.ts";
-import { checkEngineInvariants } from "./engine-invariants.ts";
+import { checkEngineInvariants, engineStats } from "./engine-invariants.ts";
 import { PdKv, type RemoteKvOutcome } from "./engine-pd.ts";
 import { StepScheduler } from "./engine-scheduler.ts";
 import { checkRequest, EngineInputError, newCounters, newReq, type Req, removeFrom } from "./engine-state.ts";
@@ -343,31 +343,7 @@ export class Engine {
   }
 
   stats(): EngineStats {
-    const c = this.counters;
-    const deferred = this.sched.deferred.size;
-    return {
-      numRequestsRunning: this.sched.running.length,
-      numRequestsWaiting: this.sched.waiting.length + deferred,
-      numRequestsWaitingDeferred: deferred,
-      kvCacheUsage: this.kv.pool.usage(),
-      prefixCacheQueries: c.prefixCacheQueries,
-      prefixCacheHits: c.prefixCacheHits,
-      numPreemptions: c.numPreemptions,
-      promptTokens: c.promptTokens,
-      promptTokensBySource: {
-        local_compute: c.promptTokens - c.promptCacheHit - c.promptExternal,
-        local_cache_hit: c.promptCacheHit,
-        external_kv_transfer: c.promptExternal,
-      },
-      generationTokens: c.generationTokens,
-      requestSuccess: { ...c.requestSuccess },
-      numSteps: c.numSteps,
-      numCachedBlocks: this.kv.pool.numCachedHashes,
-      numFreeBlocks: this.kv.pool.numFreeBlocks,
-      numHeldRequests: this.pd.held.size,
-      numKvExpiredReqs: c.numKvExpiredReqs,
-      ...(this.cpuTier === null ? {} : { offload: { ...this.cpuTier.counters } }),
-    };
+    return engineStats(this.counters, this.sched, this.kv.pool, this.pd.held, this.cpuTier);
   }
 
   /** Block-accounting invariants, checked against every live request. Throws on violation. For tests. */
