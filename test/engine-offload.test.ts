@@ -309,3 +309,42 @@ describe("CPU offload tier: accounting under random workloads", () => {
     );
   });
 });
+
+describe("CPU tier event order", () => {
+  it("a chunk's CPU BlockStored comes before the GPU BlockRemoved of its blocks, even when the caller idles between requests", () => {
+    const e = new Engine(tight({ enableKvCacheEvents: true, kvOffload: { cpuBytes: 4 * GiB } }));
+    const events: KVEvent[] = [];
+    /** Steps only while requests are unfinished: a driver that does not wake up for store copies. */
+    const run = (now: number) => {
+      for (let i = 0; i < 10000 && e.hasUnfinishedRequests(); i++) {
+        const s = e.step(now);
+        for (const ev of s.kvEvents?.events ?? []) events.push(ev);
+        now = Math.max(now, s.endTime);
+      }
+      return now;
+    };
+    e.addRequest({ id: "a", promptTokenIds: tokens(512, 1000), maxTokens: 1, ignoreEos: true }, 0);
+    const t = run(0);
+    e.addRequest({ id: "b", promptTokenIds: tokens(960, 50000), maxTokens: 1, ignoreEos: true }, t + 10);
+    run(t + 10);
+    const cpuStoredAt = new Map<bigint, number>();
+    events.forEach((ev, i) => {
+      if (ev.type === "BlockStored" && ev.medium === "CPU")
+        for (const h of ev.blockHashes) if (!cpuStoredAt.has(h)) cpuStoredAt.set(h, i);
+    });
+    let checked = 0;
+    events.forEach((ev, i) => {
+      if (ev.type !== "BlockRemoved" || ev.medium !== "GPU") return;
+      for (const h of ev.blockHashes) {
+        const at = cpuStoredAt.get(h);
+        if (at === undefined) continue;
+        assert.ok(
+          at < i,
+          `block ${h}: CPU BlockStored (event ${at}) after its GPU BlockRemoved (event ${i})`,
+        );
+        checked++;
+      }
+    });
+    assert.ok(checked > 0, "b's allocation evicted some of a's blocks that the CPU tier holds");
+  });
+});

@@ -209,13 +209,21 @@ export class Engine {
     const cfg = this.config;
     const bs = cfg.blockSize;
     const tier = this.cpuTier;
-    if (tier !== null) tier.advance(now, this.kv.pool);
+    // Events in the order they happened: the CPU copies that ended by `now` come before this
+    // step's allocations, which may evict those very blocks from HBM (a consumer that saw the GPU
+    // BlockRemoved first would not know the block survives in CPU).
+    let early: KVEvent[] | null = null;
+    if (tier !== null) {
+      if (cfg.enableKvCacheEvents) early = this.kv.pool.takeEvents();
+      tier.advance(now, this.kv.pool);
+      if (early !== null) for (const e of tier.takeEvents()) early.push(e);
+    }
     const preempted = this.sched.schedule(now);
     const { schedReq, schedN } = this.sched;
 
     let events = NO_EVENTS;
     if (cfg.enableKvCacheEvents) {
-      events = this.pendingEvents.concat(this.kv.pool.takeEvents());
+      events = this.pendingEvents.concat(early ?? NO_EVENTS, this.kv.pool.takeEvents());
       if (tier !== null) for (const e of tier.takeEvents()) events.push(e);
       this.pendingEvents = [];
     }
