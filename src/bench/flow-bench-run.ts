@@ -1,11 +1,12 @@
 /**
  * bench:flow, the scenarios: streaming completions sent through an in-process gateway, timed at the
  * client (first token, end) and converted to the replica's simulated seconds (wall × time scale).
- *   noisy neighbour — tenant B's short requests in turn, alone and then while tenant A floods long
+ *   noisy neighbour — tenant B's short requests at a steady pace, alone and then while tenant A floods long
  *                     prompts all at once;
  *   priority mix    — sheddable, then standard, then critical requests all at once (overload).
  */
-import type { Pool } from "undici";
+import { Pool } from "undici";
+import { startGateway } from "../gateway/gateway.ts";
 import { createRng } from "../scheduler/rng.ts";
 import { seededPrompt, type Timed } from "./flow-bench-stats.ts";
 
@@ -74,8 +75,8 @@ export interface NoisyOptions {
   bRequests: number;
   bPromptTokens: number;
   bMaxTokens: number;
-  /** Simulated seconds B waits after each answer before its next request. */
-  bThinkS: number;
+  /** Simulated seconds between B's requests. */
+  bIntervalS: number;
   seed: number;
 }
 
@@ -93,12 +94,16 @@ export async function warmConnections(t: Target, n: number): Promise<void> {
 
 const tenant = (id: string) => ({ "x-llm-d-inference-fairness-id": id });
 
-/** B's requests one after another (each after the previous answer and a think time). */
+/**
+ * B's requests at a steady pace (one every `bIntervalS`, whether or not the last was answered: an
+ * interactive client does not wait for the gateway to be free), so each one meets the flood.
+ */
 async function tenantB(t: Target, o: NoisyOptions, t0: number, seedBase: number): Promise<Timed[]> {
-  const out: Timed[] = [];
+  const out: Promise<Timed>[] = [];
   for (let i = 0; i < o.bRequests; i++) {
+    if (i > 0) await sleepSim(t, o.bIntervalS);
     out.push(
-      await send(
+      send(
         t,
         {
           cls: "B",
@@ -110,9 +115,8 @@ async function tenantB(t: Target, o: NoisyOptions, t0: number, seedBase: number)
         t0,
       ),
     );
-    await sleepSim(t, o.bThinkS);
   }
-  return out;
+  return Promise.all(out);
 }
 
 /** B alone (after a few unmeasured warm-up requests), then A's flood (all at once) with B starting just after it. */
@@ -174,4 +178,66 @@ export async function priorityMix(t: Target, o: MixOptions): Promise<Timed[]> {
         ),
       );
   return Promise.all(all);
+}
+
+/** The replica's step-delivery lag histogram so far (kvgate:sim_delivery_lag_seconds): sum, count, ≤ 0.1 s. */
+export interface LagSample {
+  sum: number;
+  count: number;
+  within100ms: number;
+}
+
+export async function replicaLag(replicaUrl: string): Promise<LagSample> {
+  const pool = new Pool(replicaUrl);
+  try {
+    const text = await (await pool.request({ path: "/metrics", method: "GET" })).body.text();
+    const value = (re: RegExp) => Number(text.match(re)?.[1] ?? Number.NaN);
+    return {
+      sum: value(/^kvgate:sim_delivery_lag_seconds_sum\{[^}]*\} (\S+)$/m),
+      count: value(/^kvgate:sim_delivery_lag_seconds_count\{[^}]*\} (\S+)$/m),
+      within100ms: value(/^kvgate:sim_delivery_lag_seconds_bucket\{[^}]*le="0\.1"[^}]*\} (\S+)$/m),
+    };
+  } finally {
+    await pool.close();
+  }
+}
+
+/** Mean lag and the share of step deliveries more than 0.1 simulated s late, between two samples. */
+export function lagBetween(a: LagSample, b: LagSample): { meanS: number | null; lateShare: number | null } {
+  const n = b.count - a.count;
+  if (!(n > 0)) return { meanS: null, lateShare: null };
+  return { meanS: (b.sum - a.sum) / n, lateShare: 1 - (b.within100ms - a.within100ms) / n };
+}
+
+/** A fresh in-process gateway on `config` in front of the replica, serving before `fn` runs; closed after. */
+export async function withGateway<T>(
+  replicaHost: string,
+  config: string,
+  timeScale: number,
+  model: string,
+  fn: (t: Target) => Promise<T>,
+): Promise<{ result: T; warnings: string[] }> {
+  const warnings: string[] = [];
+  const gw = await startGateway({
+    endpoints: replicaHost,
+    config,
+    scrapeIntervalMs: 100,
+    log: (l) => warnings.push(l),
+  });
+  const pool = new Pool(gw.url, { connections: 256, keepAliveTimeout: 60_000 });
+  try {
+    const t: Target = { pool, model, timeScale };
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      const r = await send(t, { cls: "warm", headers: {}, promptTokens: 8, maxTokens: 1, seed: 0 }, 0);
+      if (r.status === 200) break;
+      if (performance.now() > deadline)
+        throw new Error(`gateway did not serve within 30 s (last ${r.status})`);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    return { result: await fn(t), warnings };
+  } finally {
+    await pool.close().catch(() => {});
+    await gw.close();
+  }
 }
