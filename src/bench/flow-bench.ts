@@ -12,7 +12,7 @@
  * Times are the replica's simulated seconds (client wall time × --time-scale). Writes JSON (default
  * results/bench-flow.json).
  *
- *   npm run bench:flow -- [--time-scale 4] [--configs vtc,round-robin,global-strict,off]
+ *   npm run bench:flow -- [--time-scale 2] [--configs vtc,round-robin,global-strict,off]
  *     [--max-concurrency 5] [--max-num-seqs 4] [--seed 1] [--quick] [--json FILE]
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -48,7 +48,7 @@ const TARGET_RATIO = 2;
 
 const { values: args } = parseArgs({
   options: {
-    "time-scale": { type: "string", default: "4" },
+    "time-scale": { type: "string", default: "2" },
     configs: { type: "string", default: FLOW_CONFIGS.join(",") },
     "max-concurrency": { type: "string", default: "5" },
     "max-num-seqs": { type: "string", default: "4" },
