@@ -29,6 +29,7 @@ import {
   noisyNeighbour,
   priorityMix,
   replicaLag,
+  warmFlood,
   withGateway,
 } from "./flow-bench-run.ts";
 import {
@@ -126,6 +127,10 @@ async function main(): Promise<void> {
     };
     await models.close();
     const model = list.data[0].id;
+    console.log("warm-up: an unmeasured flood of 20 through a throwaway gateway");
+    await withGateway(host, flowConfigVariant(example, "vtc", maxConcurrency), timeScale, model, (t) =>
+      warmFlood(t, noisy, 20),
+    );
     for (const name of configs) {
       const config = flowConfigVariant(example, name, maxConcurrency);
       console.log(
