@@ -146,31 +146,6 @@ export async function noisyNeighbour(t: Target, o: NoisyOptions) {
   return { alone, a, b };
 }
 
-/**
- * An unmeasured flood (`n` of A's requests at once) through a throwaway gateway before the first
- * config: the first flood of a run was slower in simulated time (JIT of the gateway and replica
- * paths), which would otherwise fall on whichever config runs first.
- */
-export async function warmFlood(t: Target, o: NoisyOptions, n: number): Promise<void> {
-  await warmConnections(t, n);
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: n }, (_, i) =>
-      send(
-        t,
-        {
-          cls: "A",
-          headers: tenant("tenant-a"),
-          promptTokens: o.aPromptTokens,
-          maxTokens: o.aMaxTokens[0],
-          seed: o.seed + 90_000 + i,
-        },
-        t0,
-      ),
-    ),
-  );
-}
-
 export interface MixOptions {
   /** Sent in this order, all at once. */
   classes: { cls: string; n: number }[];

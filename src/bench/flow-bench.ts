@@ -1,9 +1,9 @@
 /**
- * bench:flow — flow control end to end: one simulated replica (its own process, --max-num-seqs 4)
+ * bench:flow — flow control end to end: a simulated replica (its own process, --max-num-seqs 4)
  * behind an in-process gateway running config/examples/flow-control.yaml (concurrency-detector
  * maxConcurrency 5), per config: the example (vtc), its standard band with round-robin or
  * global-strict (FCFS across tenants) fairness, and flow control off. A fresh gateway per config
- * and scenario; the replica is shared (its prompts never repeat, so its prefix cache never helps).
+ * and scenario, a fresh replica per config (prompts never repeat, so its prefix cache never helps).
  *   noisy neighbour — tenant B's TTFT alone and under tenant A's flood, B's p90 ratio against
  *                     issue 14's "within 2×" (a measurement, printed as PASS/MISS), A's served
  *                     count and throughput;
@@ -29,7 +29,6 @@ import {
   noisyNeighbour,
   priorityMix,
   replicaLag,
-  warmFlood,
   withGateway,
 } from "./flow-bench-run.ts";
 import {
@@ -102,36 +101,36 @@ async function main(): Promise<void> {
     `bench:flow — 1 simulated replica (--max-num-seqs ${maxNumSeqs}, --time-scale ${timeScale}) behind an in-process gateway; ` +
       `${os.cpus().length} CPUs, load average ${loadStart.map(f2).join(" ")}. Times in simulated seconds.`,
   );
-  const replica: Child = await spawnKvgate("sim-replica", [
-    "sim-replica",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "0",
-    "--max-num-seqs",
-    String(maxNumSeqs),
-    "--time-scale",
-    String(timeScale),
-    "--seed",
-    String(seed),
-  ]);
   const results: Record<string, unknown> = {};
   const noisyRows: string[][] = [];
   const mixRows: string[][] = [];
   const verdicts: string[] = [];
-  try {
-    const host = new URL(replica.url).host;
-    const models = new Pool(replica.url);
-    const list = (await (await models.request({ path: "/v1/models", method: "GET" })).body.json()) as {
-      data: { id: string }[];
-    };
-    await models.close();
-    const model = list.data[0].id;
-    console.log("warm-up: an unmeasured flood of 20 through a throwaway gateway");
-    await withGateway(host, flowConfigVariant(example, "vtc", maxConcurrency), timeScale, model, (t) =>
-      warmFlood(t, noisy, 20),
-    );
-    for (const name of configs) {
+  let banner = "";
+  // A fresh replica per config: the first flood on a replica ran slower in simulated time than later
+  // ones (whatever config came first looked worse), so every config gets the same replica history.
+  for (const name of configs) {
+    const replica: Child = await spawnKvgate("sim-replica", [
+      "sim-replica",
+      "--host",
+      "127.0.0.1",
+      "--port",
+      "0",
+      "--max-num-seqs",
+      String(maxNumSeqs),
+      "--time-scale",
+      String(timeScale),
+      "--seed",
+      String(seed),
+    ]);
+    banner = replica.banner;
+    try {
+      const host = new URL(replica.url).host;
+      const models = new Pool(replica.url);
+      const list = (await (await models.request({ path: "/v1/models", method: "GET" })).body.json()) as {
+        data: { id: string }[];
+      };
+      await models.close();
+      const model = list.data[0].id;
       const config = flowConfigVariant(example, name, maxConcurrency);
       console.log(
         `\n[${name}] noisy neighbour: B alone, then A floods ${noisy.aRequests} × ${noisy.aPromptTokens} tokens`,
@@ -204,9 +203,9 @@ async function main(): Promise<void> {
         },
         priorityMix: { byClass: by, criticalOvertakenBy: over, replicaLag: mLag, requests: m.result },
       };
+    } finally {
+      await stopAll([replica]);
     }
-  } finally {
-    await stopAll([replica]);
   }
   console.log(
     `\nnoisy neighbour (simulated s; B = tenant B's short requests, one every ${noisy.bIntervalS} s, A = tenant A's flood):`,
@@ -272,7 +271,7 @@ async function main(): Promise<void> {
     },
     node: { version: process.version },
     params: { timeScale, maxConcurrency, maxNumSeqs, seed, quick, configs, noisy, mix },
-    replica: replica.banner,
+    replica: banner,
     results,
   };
   const path = resolve(args.json ?? "results/bench-flow.json");
