@@ -272,5 +272,16 @@ export function formatLimits(l: Limits): string {
     "(group prefix: every request but each group's first reuses its group's shared prefix; all repeats: " +
       "every block seen before is reused, infinite KV. mixed-step: steps that decode the live requests " +
       "and carry their share of prefill, as the engines run them; ceiling = the smallest bound)",
+    ...(l.offload !== undefined ? [formatOffloadLimit(l.offload)] : []),
   ].join("\n");
+}
+
+/** The CPU tier's host-link bound (limits.ts offloadLimit). */
+function formatOffloadLimit(o: NonNullable<Limits["offload"]>): string {
+  return (
+    `CPU tier, bandwidth-bound (every "all repeats" hit from CPU): ${(o.load_bytes_per_s / 1e9).toFixed(1)} GB/s ÷ ` +
+    `${int(o.kv_bytes_per_token)} B/token = ${int(o.load_tokens_per_s_per_replica)} tok/s per replica; ` +
+    `${int(o.hit_tokens_per_request)} hit tokens/request → ${o.requests_per_s.toFixed(2)} req/s, ` +
+    `${int(o.prompt_tokens_per_s)} prompt tok/s, ${int(o.output_tokens_per_s)} out tok/s`
+  );
 }

@@ -30,10 +30,16 @@
  *   step. C is the KV-bound concurrency above (capped so the step fits the token budget); more
  *   concurrency only helps (step time is affine in C), so C/T(C) at that C bounds the throughput.
  * The regime's ceiling is the smallest of the three.
+ *
+ * A fleet with a CPU offload tier also gets its host-link bound: at most (load bandwidth ÷ KV bytes
+ * per token) tokens/s come back from CPU per replica, so when every hit of the "repeat" regime is a
+ * CPU hit the fleet serves at most replicas × that ÷ (hit tokens per request) requests/s. It is a
+ * bound on reuse from CPU, reported beside the ceilings (not folded into them: GPU hits do not pay it).
  */
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
+import { DEFAULT_HOST_LINK_BYTES_PER_SECOND } from "../../engine/cpu-tier.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
-import { stepTime } from "../../engine/profile.ts";
+import { kvBytesPerToken, stepTime } from "../../engine/profile.ts";
 import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
@@ -68,6 +74,45 @@ export interface Limits {
   prefill_chunk_s: number;
   prefill_tokens_per_s_per_replica: number;
   regimes: { zero: RegimeLimit; group: RegimeLimit; repeat: RegimeLimit };
+  /** The CPU tier's host-link bound (fleets with kvOffload only). */
+  offload?: OffloadLimit;
+}
+
+/** What the host link lets come back from CPU when every "repeat" hit is a CPU hit. */
+export interface OffloadLimit {
+  load_bytes_per_s: number;
+  kv_bytes_per_token: number;
+  /** load_bytes_per_s ÷ kv_bytes_per_token. */
+  load_tokens_per_s_per_replica: number;
+  /** The "repeat" regime's hit tokens per request. */
+  hit_tokens_per_request: number;
+  requests_per_s: number;
+  prompt_tokens_per_s: number;
+  output_tokens_per_s: number;
+}
+
+/** The host-link bound of a fleet with a CPU tier (see the module comment); undefined without one. */
+export function offloadLimit(
+  fleet: FleetConfig,
+  hitTokensPerRequest: number,
+  promptMean: number,
+  outputMean: number,
+): OffloadLimit | undefined {
+  if (fleet.kvOffload === undefined) return undefined;
+  const bw = fleet.kvOffload.loadBandwidth ?? DEFAULT_HOST_LINK_BYTES_PER_SECOND;
+  const perToken = kvBytesPerToken(fleet.profile.model);
+  const tokens = bw / perToken;
+  const reqs =
+    hitTokensPerRequest > 0 ? (fleet.replicas * tokens) / hitTokensPerRequest : Number.POSITIVE_INFINITY;
+  return {
+    load_bytes_per_s: bw,
+    kv_bytes_per_token: perToken,
+    load_tokens_per_s_per_replica: tokens,
+    hit_tokens_per_request: hitTokensPerRequest,
+    requests_per_s: reqs,
+    prompt_tokens_per_s: reqs * promptMean,
+    output_tokens_per_s: reqs * outputMean,
+  };
 }
 
 interface PromptInfo {
@@ -234,6 +279,9 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       group: regime(groupHits, groupResidentSum),
       repeat: regime(repeatHits, reused * bs),
     },
+    ...(fleet.kvOffload !== undefined && {
+      offload: offloadLimit(fleet, n ? repeatHits / n : 0, promptMean, outputMean),
+    }),
   };
 }
 
