@@ -106,14 +106,18 @@ export function stageCeiling(l: Limits, rate: number): { ceiling: number; satura
   return { ceiling: Math.min(fleet, offered), saturated: offered >= fleet };
 }
 
-/** All routers side by side, with output throughput as a share of the best ceiling. */
+/**
+ * All routers side by side, with output throughput as a share of the best ceiling; "cached" is the
+ * share of prompt tokens served from any KV tier (cached_tokens), "hit rate" the GPU prefix cache's.
+ */
 export function formatComparison(res: SimResults): string {
   const ceiling = fleetCeiling(res.limits);
   const wall = new Map(res.wall_clock.routers.map((w) => [w.router, w]));
   return table(
-    [...HEAD, "preempt", "of ceiling", "wall s", "cpu s"],
+    [...HEAD, "cached", "preempt", "of ceiling", "wall s", "cpu s"],
     res.runs.map((r) => [
       ...row(r),
+      pct(r.cached_token_rate),
       int(r.fleet?.preemptions),
       pct((r.output_tokens_per_s ?? 0) / ceiling),
       fix(wall.get(r.router)?.wall_s, 1),

@@ -42,6 +42,11 @@ export type SimRun = RunResult & {
   limits: Limits;
   simulation: Record<string, unknown>;
   router_config: { source: string; effective: string };
+  /**
+   * Σ cached_tokens ÷ Σ prompt tokens of the completed requests: hits from every KV tier (GPU, and
+   * CPU when the fleet offloads), where prefix_cache_hit_rate is vllm:prefix_cache_hits (GPU only).
+   */
+  cached_token_rate: number | null;
 };
 
 export interface RouterOutcome {
@@ -221,9 +226,17 @@ export async function runRouter(
       }
     (st as Record<string, unknown>).prefix_cache_hit_rate = prompt > 0 ? cached / prompt : null;
   }
+  let cachedAll = 0;
+  let promptAll = 0;
+  for (const rec of res.records)
+    if (!rec.error && rec.cachedTokens !== undefined) {
+      cachedAll += rec.cachedTokens;
+      promptAll += rec.promptTokens;
+    }
   const run: SimRun = {
     ...base,
     router_config: { source: r.source, effective: printConfig(created.config) },
+    cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
       seed: sc.seed,
       end_time_s: res.endTime,
