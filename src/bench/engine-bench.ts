@@ -3,7 +3,10 @@
  * becomes the bottleneck. A loaded engine (shared-prefix chat traffic with KV pressure, steady
  * arrivals) is stepped in virtual time; we report engine steps per CPU-second and simulated output
  * tokens per CPU-second, median of several repetitions, for both block-hash modes side by side
- * (sha256_cbor, what vLLM-faithful KV events need; fast64, what the fleet simulator uses). Writes JSON (default results/bench-engine.json).
+ * (sha256_cbor, what vLLM-faithful KV events need; fast64, what the fleet simulator uses), and fast64
+ * with a 16 GiB CPU offload tier (vLLM --kv-offloading-size 16: every full block stored to CPU, HBM
+ * misses reloaded from it, each load completed at the first step boundary after its modelled end),
+ * so the tier's cost shows beside the engine without it. Writes JSON (default results/bench-engine.json).
  *
  *   npm run bench:engine -- [--reps 5] [--requests 2000] [--json FILE]
  */
@@ -15,6 +18,10 @@ import { parse } from "yaml";
 import { type BlockHashAlgo, Engine } from "../engine/engine.ts";
 import { Rng } from "../engine/output-tokens.ts";
 import { numGpuBlocksFor, validateProfile } from "../engine/profile.ts";
+
+/** A variant: the block hash, and whether the engine runs the CPU offload tier. */
+type Variant = "sha256_cbor" | "fast64" | "fast64+offload";
+const VARIANTS: Variant[] = ["sha256_cbor", "fast64", "fast64+offload"];
 
 interface RepResult {
   steps: number;
@@ -29,6 +36,8 @@ interface RepResult {
   simulatedSecondsPerCpuSecond: number;
   preemptions: number;
   prefixHitRate: number;
+  /** Prompt tokens loaded from the CPU tier (0 without it). */
+  offloadLoadedTokens: number;
 }
 
 function median(xs: number[]): number {
@@ -37,12 +46,9 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
-function runOnce(
-  profileName: string,
-  numRequests: number,
-  seed: number,
-  blockHashAlgo: BlockHashAlgo,
-): RepResult {
+function runOnce(profileName: string, numRequests: number, seed: number, variant: Variant): RepResult {
+  const blockHashAlgo: BlockHashAlgo = variant === "sha256_cbor" ? "sha256_cbor" : "fast64";
+  const offload = variant === "fast64+offload";
   const root = fileURLToPath(new URL("../../", import.meta.url));
   const path = resolve(root, "profiles", `${profileName}.yaml`);
   const profile = validateProfile(parse(readFileSync(path, "utf8")), path);
@@ -63,6 +69,7 @@ function runOnce(
       dataParallelRank: 0,
       enableKvCacheEvents: true,
       profile,
+      ...(offload && { kvOffload: { cpuBytes: 16 * 2 ** 30 } }),
     },
     { blockHashAlgo },
   );
@@ -81,6 +88,9 @@ function runOnce(
   let now = 0;
   let steps = 0;
   let outputTokens = 0;
+  let offloadLoadedTokens = 0;
+  /** CPU-tier loads in flight: completed at the first step boundary at or after their end. */
+  let loads: { id: string; at: number }[] = [];
   const cpu0 = process.cpuUsage();
   const wall0 = performance.now();
   while (next < numRequests || engine.hasUnfinishedRequests()) {
@@ -93,11 +103,33 @@ function runOnce(
       );
       next++;
     }
+    if (loads.length > 0) {
+      const due = loads.filter((l) => l.at <= now);
+      if (due.length > 0) {
+        loads = loads.filter((l) => l.at > now);
+        for (const l of due) engine.completeRemoteKv(l.id, now, true);
+      }
+    }
     if (!engine.hasUnfinishedRequests()) {
       now = arrivals[next];
       continue;
     }
     const r = engine.step(now);
+    for (const l of r.offloadLoads ?? []) {
+      loads.push({ id: l.requestId, at: l.readyAt });
+      offloadLoadedTokens += l.tokens;
+    }
+    if (r.numScheduledRequests === 0) {
+      // Everything waits for a CPU-tier load or for blocks held by stores: go to the next of those.
+      let at = next < numRequests ? arrivals[next] : Number.POSITIVE_INFINITY;
+      for (const l of loads) at = Math.min(at, l.at);
+      const free = engine.nextOffloadFree();
+      if (free !== null) at = Math.min(at, free);
+      if (!(at > now))
+        throw new Error(`bench:engine: the engine is stuck at ${now} s with nothing to wait for`);
+      now = at;
+      continue;
+    }
     steps++;
     for (const o of r.outputs) outputTokens += o.newTokenIds.length;
     now = r.endTime;
@@ -119,6 +151,7 @@ function runOnce(
     simulatedSecondsPerCpuSecond: now / cpuSeconds,
     preemptions: st.numPreemptions,
     prefixHitRate: st.prefixCacheHits / st.prefixCacheQueries,
+    offloadLoadedTokens,
   };
 }
 
@@ -135,12 +168,11 @@ function main(): void {
   const requests = Number(values.requests);
   if (!Number.isInteger(reps) || reps < 1) throw new Error("--reps must be a positive integer");
   if (!Number.isInteger(requests) || requests < 1) throw new Error("--requests must be a positive integer");
-  const algos: BlockHashAlgo[] = ["sha256_cbor", "fast64"];
-  for (const algo of algos) runOnce(values.profile, Math.min(200, requests), 99, algo); // warm-up: JIT
-  // Repetitions alternate the two modes so machine noise falls on both alike.
-  const runs: Record<BlockHashAlgo, RepResult[]> = { sha256_cbor: [], fast64: [] };
+  for (const v of VARIANTS) runOnce(values.profile, Math.min(200, requests), 99, v); // warm-up: JIT
+  // Repetitions alternate the variants so machine noise falls on all alike.
+  const runs: Record<Variant, RepResult[]> = { sha256_cbor: [], fast64: [], "fast64+offload": [] };
   for (let i = 0; i < reps; i++)
-    for (const algo of algos) runs[algo].push(runOnce(values.profile, requests, i + 1, algo));
+    for (const v of VARIANTS) runs[v].push(runOnce(values.profile, requests, i + 1, v));
   const med = (rs: RepResult[]) => ({
     stepsPerCpuSecond: median(rs.map((r) => r.stepsPerCpuSecond)),
     outputTokensPerCpuSecond: median(rs.map((r) => r.outputTokensPerCpuSecond)),
@@ -153,7 +185,11 @@ function main(): void {
     node: process.version,
     workload: `${requests} requests, 8 groups x 2000-token shared prefix + 600 unique, 200 output, Poisson 40 req/s, KV at 1/4 of profile capacity`,
     reps,
-    median: { sha256_cbor: med(runs.sha256_cbor), fast64: med(runs.fast64) },
+    median: {
+      sha256_cbor: med(runs.sha256_cbor),
+      fast64: med(runs.fast64),
+      "fast64+offload": med(runs["fast64+offload"]),
+    },
     runs,
   };
   const out = resolve(values.json);
@@ -161,15 +197,16 @@ function main(): void {
   writeFileSync(out, `${JSON.stringify(summary, null, 2)}\n`);
   const first = runs.sha256_cbor[0];
   console.log(`engine (${values.profile}, ${requests} requests x ${reps} reps, median; simulated):`);
-  for (const algo of algos) {
-    const m = summary.median[algo];
+  for (const v of VARIANTS) {
+    const m = summary.median[v];
     console.log(
-      `  ${algo.padEnd(11)} ${m.stepsPerCpuSecond.toFixed(0)} steps/CPU-s, ${m.outputTokensPerCpuSecond.toFixed(0)} output tok/CPU-s, ` +
+      `  ${v.padEnd(14)} ${m.stepsPerCpuSecond.toFixed(0)} steps/CPU-s, ${m.outputTokensPerCpuSecond.toFixed(0)} output tok/CPU-s, ` +
         `${m.simulatedSecondsPerCpuSecond.toFixed(1)} simulated s per CPU-s`,
     );
   }
   console.log(
-    `  preemptions ${first.preemptions}, prefix hit rate ${(first.prefixHitRate * 100).toFixed(1)}% → ${out}`,
+    `  preemptions ${first.preemptions}, prefix hit rate ${(first.prefixHitRate * 100).toFixed(1)}%; with offload ` +
+      `${runs["fast64+offload"][0].offloadLoadedTokens} prompt tokens loaded from CPU → ${out}`,
   );
 }
 
