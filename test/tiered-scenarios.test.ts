@@ -2,7 +2,9 @@
  * Tiered-cache fleet scenarios: the 13.9× shape in small (long prompts all seen before, one-token
  * answers, documents outgrowing HBM) runs to completion on GPU-only and +CPU fleets of one seed and
  * +CPU answers sooner; the +CPU fleet's host-link bound is load bandwidth ÷ KV bytes per token, over
- * the hit tokens per request, as worked out by hand; the shipped tiered scenarios parse.
+ * the hit tokens per request, as worked out by hand; the fleet's precise router reads the engines'
+ * CPU-medium KV events (a CPU-weighted index finds more cached tokens than a GPU-only one); the
+ * shipped tiered scenarios parse.
  */
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
@@ -90,6 +92,34 @@ describe("tiered fleet scenarios", () => {
     const gpuOnly = sc.routers.find((r) => r.name === "gpu-only")?.pools[0];
     assert.ok(gpuOnly !== undefined);
     assert.equal(offloadLimit(gpuOnly, 4000, 4016, 10), undefined);
+  });
+
+  it("feeds the engines' CPU-tier events to the fleet's precise index: weighting the CPU tier finds more cache", async () => {
+    const precise = (tiers: string) =>
+      `{ apiVersion: llm-d.ai/v1alpha1, kind: EndpointPickerConfig, plugins: [ { type: precise-prefix-cache-producer, parameters: { indexerConfig: { kvCacheBackendConfigs: ${tiers} } } }, { type: prefix-cache-scorer }, { type: queue-scorer }, { type: max-score-picker } ], schedulingProfiles: [ { name: default, plugins: [ { pluginRef: prefix-cache-scorer, weight: 3 }, { pluginRef: queue-scorer, weight: 1 }, { pluginRef: max-score-picker } ] } ] }`;
+    // Two replicas of 20k HBM tokens each, 40 groups of 2,000-token prefixes (80k): most prefixes
+    // live only in some replica's CPU tier by the time they come back.
+    const sc = parseScenario(
+      `
+name: test-tiered-precise
+seed: 2
+fleet: { replicas: 2, profile: llama-3.1-8b-h100, kvTokens: 20000, maxModelLen: 8192, kvOffloadingSize: 16 }
+routers:
+  - { name: tiers, config: ${precise("[{ name: gpu, weight: 1.0 }, { name: cpu, weight: 0.8 }]")} }
+  - { name: gpu-events, config: ${precise("[{ name: gpu, weight: 1.0 }]")} }
+workload:
+  workload: shared-prefix
+  numRequests: 240
+  options: { numGroups: 40, promptsPerGroup: 6, systemPromptLen: 2000, questionLen: 50, outputLen: 20 }
+  arrival: { type: poisson, rate: 20 }
+`,
+      FILE,
+    );
+    const [tiers, gpu] = (await simulate(sc)).runs;
+    assert.equal(tiers.completed, 240);
+    assert.equal(gpu.completed, 240);
+    const c = (r: typeof tiers) => r.cached_token_rate as number;
+    assert.ok(c(tiers) > c(gpu), `cached tokens with CPU events ${c(tiers)} vs GPU events only ${c(gpu)}`);
   });
 
   it("ships scenarios that parse: tiered-13x compares GPU-only with +CPU, tiered-shared-prefix four routers on +CPU", () => {
