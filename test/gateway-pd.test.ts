@@ -12,7 +12,7 @@ import type { ServerResponse } from "node:http";
 import { type TestContext, test } from "node:test";
 import { request } from "undici";
 import { type GatewayHandle, type GatewayOptions, startGateway } from "../src/gateway/gateway.ts";
-import { type FakeServer, type Handler, waitFor } from "./helpers/gateway-fakes.ts";
+import { connectionsGone, type FakeServer, type Handler, waitFor } from "./helpers/gateway-fakes.ts";
 import {
   DECODER_CACHED,
   decodeOk,
@@ -79,13 +79,6 @@ async function post(url: string, body: object, headers: Record<string, string> =
 }
 
 const metrics = (s: Setup) => scrapeMetrics(s.gw.adminUrl);
-
-/** Resolves once the gateway's public server holds no client connection (their close events ran). */
-async function connectionsGone(gw: GatewayHandle): Promise<void> {
-  const count = () => new Promise<number>((r) => gw.gateway.publicServer.getConnections((_e, n) => r(n)));
-  for (let i = 0; i < 1000 && (await count()) > 0; i++) await new Promise((r) => setTimeout(r, 5));
-  await new Promise((r) => setImmediate(r));
-}
 
 test("a long prompt: prefilled on P as llm-d's sidecar sends it, decoded on D with P's params, cached_tokens rewritten", async (t) => {
   const s = await setup(t);

@@ -9,7 +9,7 @@
  * hits B's prefix cache when sent.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -20,33 +20,26 @@ import { type GatewayHandle, startGateway } from "../src/gateway/gateway.ts";
 import { promptTokenIds } from "../src/gateway/tokenize.ts";
 import type { PrecisePrefixProducer } from "../src/scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { ChatMessage } from "../src/scheduler/types.ts";
-import { type Json, postJson, startTestReplica, type TestReplica, waitFor } from "./helpers/replica.ts";
+import {
+  caughtUp as caughtUpWith,
+  fillerPrompt,
+  endpointId as id,
+  joinEvents,
+  startEventReplica,
+  writeEventEndpoints,
+} from "./helpers/precise-fleet.ts";
+import { type Json, postJson, type TestReplica, waitFor } from "./helpers/replica.ts";
 
 const EXAMPLES = fileURLToPath(new URL("../config/examples/", import.meta.url));
 const MODEL = "m";
 const BLOCK = 16;
 const tok = createSimTokenizer();
 
-const id = (r: TestReplica) => `127.0.0.1:${r.port}`;
 const served = (r: TestReplica) =>
   Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
 const now = () => performance.now() / 1000;
 
-function startReplica(name: string): Promise<TestReplica> {
-  return startTestReplica({
-    servedModelName: MODEL,
-    // 47 usable blocks of 16 tokens: two ~550-token prompts are enough to evict everything else.
-    numGpuBlocksOverride: 48,
-    maxModelLen: 640,
-    kvEventsConfig: JSON.stringify({
-      enable_kv_cache_events: true,
-      publisher: "zmq",
-      endpoint: "tcp://127.0.0.1:*",
-      replay_endpoint: "tcp://127.0.0.1:*",
-      topic: `kv@${name}@${MODEL}`,
-    }),
-  });
-}
+const startReplica = (name: string) => startEventReplica(name, MODEL);
 
 let dir: string;
 let A0: TestReplica;
@@ -59,16 +52,7 @@ const logs: string[] = [];
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "kvgate-precise-e2e-"));
   [A0, A1] = await Promise.all([startReplica("r0"), startReplica("r1")]);
-  const epFile = join(dir, "endpoints.yaml");
-  writeFileSync(
-    epFile,
-    [A0, A1]
-      .map(
-        (r) =>
-          `- address: ${id(r)}\n  kvEvents: ${r.server.publisher!.endpoint}\n  kvEventsReplay: ${r.server.publisher!.replayEndpoint}\n`,
-      )
-      .join(""),
-  );
+  const epFile = writeEventEndpoints(dir, [A0, A1]);
   precise = await startGateway({
     endpointsFile: epFile,
     configFile: join(EXAMPLES, "precise-prefix.yaml"),
@@ -97,13 +81,7 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const subStats = (r: TestReplica) => precise.gateway.kvEvents.feeds()[0]!.subscriber.stats().endpoints[id(r)];
-
-/** Until the subscriber has applied every batch the replica has published so far. */
-async function caughtUp(r: TestReplica): Promise<void> {
-  const pub = r.server.publisher!;
-  await waitFor(() => subStats(r)?.lastSeq === pub.stats().nextSeq - 1);
-}
+const caughtUp = (r: TestReplica) => caughtUpWith(precise, r);
 
 const chat = (messages: ChatMessage[]) => ({ model: MODEL, messages, max_tokens: 2 });
 const keysOf = (messages: ChatMessage[]) => {
@@ -128,18 +106,7 @@ test("precise mode picks the replica that holds the prefix now; the approximate 
   assert.equal(precise.gateway.tokenizerName, "sim");
   assert.equal(approx.gateway.tokenizer, null, "approximate mode does not tokenize unless asked");
 
-  // Slow joiner: a SUB socket misses what is published before it has connected.
-  for (const r of [A0, A1]) {
-    for (let i = 0; i < 200 && subStats(r)?.lastSeq == null; i++) {
-      await postJson(`${r.url}/v1/completions`, {
-        model: MODEL,
-        prompt: `probe ${i} `.repeat(20),
-        max_tokens: 1,
-      });
-      await new Promise((res) => setTimeout(res, 20));
-    }
-    assert.notEqual(subStats(r)?.lastSeq ?? null, null, `no KV events from ${id(r)}`);
-  }
+  await joinEvents(precise, [A0, A1], MODEL);
 
   const system = `You are the support agent of the kvgate project. ${"Answer with care, cite the relevant source file, and keep every reply short. ".repeat(22)}`;
   const P: ChatMessage[] = [
@@ -166,8 +133,11 @@ test("precise mode picks the replica that holds the prefix now; the approximate 
 
   // 3. A evicts P under traffic sent straight to A (no gateway sees it).
   for (let i = 0; i < 30 && held(A, keysP) > 0; i++) {
-    const filler = `Filler document ${i}: ${`unrelated words number ${i} fill the cache; `.repeat(55)}`;
-    const res = await postJson(`${A.url}/v1/completions`, { model: MODEL, prompt: filler, max_tokens: 1 });
+    const res = await postJson(`${A.url}/v1/completions`, {
+      model: MODEL,
+      prompt: fillerPrompt(i),
+      max_tokens: 1,
+    });
     assert.equal(res.status, 200, res.text);
     await caughtUp(A);
   }

@@ -8,7 +8,7 @@
  * prefix counted in cached_tokens (loaded back from CPU, not recomputed).
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -20,39 +20,24 @@ import { promptTokenIds } from "../src/gateway/tokenize.ts";
 import type { PrecisePrefixProducer } from "../src/scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { ChatMessage } from "../src/scheduler/types.ts";
 import {
-  type Json,
-  postJson,
-  scrapeMetrics,
-  startTestReplica,
-  type TestReplica,
-  waitFor,
-} from "./helpers/replica.ts";
+  caughtUp,
+  fillerPrompt,
+  endpointId as id,
+  joinEvents,
+  startEventReplica,
+  writeEventEndpoints,
+} from "./helpers/precise-fleet.ts";
+import { type Json, postJson, scrapeMetrics, type TestReplica, waitFor } from "./helpers/replica.ts";
 
 const EXAMPLES = fileURLToPath(new URL("../config/examples/", import.meta.url));
 const MODEL = "m";
 const tok = createSimTokenizer();
-const id = (r: TestReplica) => `127.0.0.1:${r.port}`;
 const served = (r: TestReplica) =>
   Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
 
-function startReplica(name: string): Promise<TestReplica> {
-  return startTestReplica({
-    servedModelName: MODEL,
-    // 47 usable GPU blocks of 16 tokens: two ~550-token prompts push everything else out of HBM;
-    // the 4 GiB CPU tier keeps all of it.
-    numGpuBlocksOverride: 48,
-    maxModelLen: 640,
-    kvOffloadingSize: 4,
-    kvOffloadingBackend: "native",
-    kvEventsConfig: JSON.stringify({
-      enable_kv_cache_events: true,
-      publisher: "zmq",
-      endpoint: "tcp://127.0.0.1:*",
-      replay_endpoint: "tcp://127.0.0.1:*",
-      topic: `kv@${name}@${MODEL}`,
-    }),
-  });
-}
+/** The 4 GiB CPU tier keeps everything the 47-block HBM pool evicts. */
+const startReplica = (name: string) =>
+  startEventReplica(name, MODEL, { kvOffloadingSize: 4, kvOffloadingBackend: "native" });
 
 let dir: string;
 let R0: TestReplica;
@@ -63,18 +48,8 @@ let producer: PrecisePrefixProducer;
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "kvgate-offload-e2e-"));
   [R0, R1] = await Promise.all([startReplica("r0"), startReplica("r1")]);
-  const epFile = join(dir, "endpoints.yaml");
-  writeFileSync(
-    epFile,
-    [R0, R1]
-      .map(
-        (r) =>
-          `- address: ${id(r)}\n  kvEvents: ${r.server.publisher!.endpoint}\n  kvEventsReplay: ${r.server.publisher!.replayEndpoint}\n`,
-      )
-      .join(""),
-  );
   gw = await startGateway({
-    endpointsFile: epFile,
+    endpointsFile: writeEventEndpoints(dir, [R0, R1]),
     configFile: join(EXAMPLES, "precise-prefix.yaml"),
     scrapeIntervalMs: 25,
     seed: 7,
@@ -92,11 +67,6 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const subStats = (r: TestReplica) => gw.gateway.kvEvents.feeds()[0]!.subscriber.stats().endpoints[id(r)];
-async function caughtUp(r: TestReplica): Promise<void> {
-  const pub = r.server.publisher!;
-  await waitFor(() => subStats(r)?.lastSeq === pub.stats().nextSeq - 1);
-}
 const chat = (messages: ChatMessage[]) => ({ model: MODEL, messages, max_tokens: 2 });
 async function explain(body: unknown): Promise<Json> {
   const res = await postJson(`${gw.adminUrl}/explain`, body);
@@ -107,18 +77,7 @@ async function explain(body: unknown): Promise<Json> {
 test("after HBM pressure evicts a prefix to CPU, precise mode still sends it to the replica that holds it in CPU", {
   timeout: 120_000,
 }, async () => {
-  // Slow joiner: a SUB socket misses what is published before it has connected.
-  for (const r of [R0, R1]) {
-    for (let i = 0; i < 200 && subStats(r)?.lastSeq == null; i++) {
-      await postJson(`${r.url}/v1/completions`, {
-        model: MODEL,
-        prompt: `probe ${i} `.repeat(20),
-        max_tokens: 1,
-      });
-      await new Promise((res) => setTimeout(res, 20));
-    }
-    assert.notEqual(subStats(r)?.lastSeq ?? null, null, `no KV events from ${id(r)}`);
-  }
+  await joinEvents(gw, [R0, R1], MODEL);
 
   const system = `You are the support agent of the kvgate project. ${"Answer with care, cite the relevant source file, and keep every reply short. ".repeat(22)}`;
   const P: ChatMessage[] = [
@@ -134,7 +93,7 @@ test("after HBM pressure evicts a prefix to CPU, precise mode still sends it to 
   assert.equal((await postJson(`${gw.url}/v1/chat/completions`, chat(P))).status, 200);
   const a = [R0, R1].findIndex((r, i) => served(r) === before1[i]! + 1);
   const [A, B] = a === 0 ? [R0, R1] : [R1, R0];
-  await caughtUp(A);
+  await caughtUp(gw, A);
 
   // The question that shares P's system prompt, and what the index says of it per replica.
   const Q: ChatMessage[] = [P[0]!, { role: "user", content: "And which replica holds my prefix now?" }];
@@ -148,10 +107,13 @@ test("after HBM pressure evicts a prefix to CPU, precise mode still sends it to 
   // 2. HBM pressure on A, sent straight to A: P leaves A's GPU pool and stays in its CPU tier.
   let m = m0;
   for (let i = 0; i < 30 && (m.matchBlocks[id(A)] as number) > 0.8 * shared + 1e-9; i++) {
-    const filler = `Filler document ${i}: ${`unrelated words number ${i} fill the cache; `.repeat(55)}`;
-    const res = await postJson(`${A.url}/v1/completions`, { model: MODEL, prompt: filler, max_tokens: 1 });
+    const res = await postJson(`${A.url}/v1/completions`, {
+      model: MODEL,
+      prompt: fillerPrompt(i),
+      max_tokens: 1,
+    });
     assert.equal(res.status, 200, res.text);
-    await caughtUp(A);
+    await caughtUp(gw, A);
     m = await match();
   }
   assert.equal(m.heldBlocks[id(A)], shared, "still held: the CPU copy");

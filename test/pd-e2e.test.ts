@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { type TestContext, test } from "node:test";
 import { request } from "undici";
 import { type GatewayHandle, type GatewayOptions, startGateway } from "../src/gateway/gateway.ts";
-import { waitFor } from "./helpers/gateway-fakes.ts";
+import { connectionsGone, waitFor } from "./helpers/gateway-fakes.ts";
 import { headerFirstRelay, modelOf, pdMetrics, type Relay, specFor } from "./helpers/pd-e2e.ts";
 import { LONG_PROMPT, SHORT_PROMPT, sampleValue } from "./helpers/pd-fakes.ts";
 import { startPdReplica } from "./helpers/pd-replicas.ts";
@@ -94,13 +94,6 @@ async function complete(f: Fleet, prompt: string, extra: object = {}, headers: R
 }
 
 const gatewayMetrics = (f: Fleet) => scrapeMetrics(f.gw.adminUrl);
-
-/** Resolves once the gateway's public server holds no client connection (their close events ran). */
-async function connectionsGone(gw: GatewayHandle): Promise<void> {
-  const count = () => new Promise<number>((r) => gw.gateway.publicServer.getConnections((_e, n) => r(n)));
-  for (let i = 0; i < 1000 && (await count()) > 0; i++) await new Promise((r) => setTimeout(r, 5));
-  await new Promise((r) => setImmediate(r));
-}
 
 test("a long prompt: prefilled on the producer, decoded on the consumer, which pulled the KV; both replicas' metrics show it", async (t) => {
   const f = await fleet(t);

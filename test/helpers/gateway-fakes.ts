@@ -5,6 +5,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
+import type { GatewayHandle } from "../../src/gateway/gateway.ts";
 
 export interface Recorded {
   method: string;
@@ -118,4 +119,11 @@ export async function waitFor(cond: () => boolean, what = "condition", limitMs =
     if (Date.now() - start > limitMs) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/** Resolves once the gateway's public server holds no client connection (their close events ran). */
+export async function connectionsGone(gw: GatewayHandle): Promise<void> {
+  const count = () => new Promise<number>((r) => gw.gateway.publicServer.getConnections((_e, n) => r(n)));
+  for (let i = 0; i < 1000 && (await count()) > 0; i++) await new Promise((r) => setTimeout(r, 5));
+  await new Promise((r) => setImmediate(r));
 }
