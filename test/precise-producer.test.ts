@@ -3,7 +3,6 @@
  * speculative indexing and pool pruning. */
 import assert from "node:assert/strict";
 import { before, describe, it } from "node:test";
-import type { BlockStored } from "../src/kv/events.ts";
 import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
 import { prefixKey } from "../src/scheduler/plugins/data.ts";
@@ -13,6 +12,7 @@ import {
 } from "../src/scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, cycleFor, endpoint } from "../src/scheduler/testing.ts";
+import { storeBlocks } from "./helpers/precise-store.ts";
 
 const HEAD = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
 const CONFIG = `${HEAD}plugins:
@@ -39,25 +39,9 @@ async function scheduler(config = CONFIG) {
   return { scheduler, producer: p };
 }
 
-/** The engine stores blocks [0, n) of TOKENS on an endpoint (engine hashes ≥ 2^63). */
-function store(p: PrecisePrefixProducer, id: string, n: number, medium = "GPU"): void {
-  const ev: BlockStored = {
-    type: "BlockStored",
-    blockHashes: Array.from({ length: n }, (_, i) => (1n << 63n) + BigInt(i)),
-    parentBlockHash: null,
-    tokenIds: TOKENS.slice(0, n * 16),
-    blockSize: 16,
-    loraId: null,
-    medium,
-    loraName: null,
-    extraKeys: null,
-    groupIdx: 0,
-    kvCacheSpecKind: "full_attention",
-    kvCacheSpecSlidingWindow: null,
-  };
-  p.index.setEndpointModel(id, "m");
-  p.index.applyEvent(id, ev);
-}
+/** The engine stores blocks [0, n) of TOKENS on an endpoint. */
+const store = (p: PrecisePrefixProducer, id: string, n: number, medium = "GPU") =>
+  storeBlocks(p, id, TOKENS, n, medium);
 
 describe("precise-prefix-cache-producer", () => {
   it("loads with llm-d's parameter names and rejects what kvgate does not do", async () => {

@@ -7,7 +7,6 @@ import { readFileSync } from "node:fs";
 import { before, describe, it } from "node:test";
 import { extractMetrics } from "../src/datalayer/extract.ts";
 import { parsePromText } from "../src/datalayer/prom-text.ts";
-import type { BlockStored } from "../src/kv/events.ts";
 import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
 import { prefixKey } from "../src/scheduler/plugins/data.ts";
@@ -18,6 +17,7 @@ import {
 import { ApproxPrefixProducer } from "../src/scheduler/plugins/prefix/producer.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
+import { storeBlocks } from "./helpers/precise-store.ts";
 
 const HEAD = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n";
 const TOKENS = Array.from({ length: 16 * 8 }, (_, i) => 500 + i); // 8 full blocks
@@ -39,24 +39,8 @@ async function preciseScheduler(params: string) {
 }
 
 /** The engine stores blocks [0, n) of TOKENS on an endpoint. */
-function store(p: PrecisePrefixProducer, id: string, n: number, medium: string): void {
-  const ev: BlockStored = {
-    type: "BlockStored",
-    blockHashes: Array.from({ length: n }, (_, i) => (1n << 63n) + BigInt(i)),
-    parentBlockHash: null,
-    tokenIds: TOKENS.slice(0, n * 16),
-    blockSize: 16,
-    loraId: null,
-    medium,
-    loraName: null,
-    extraKeys: null,
-    groupIdx: 0,
-    kvCacheSpecKind: "full_attention",
-    kvCacheSpecSlidingWindow: null,
-  };
-  p.index.setEndpointModel(id, "m");
-  p.index.applyEvent(id, ev);
-}
+const store = (p: PrecisePrefixProducer, id: string, n: number, medium: string) =>
+  storeBlocks(p, id, TOKENS, n, medium);
 
 describe("precise-prefix-cache-producer tiers", () => {
   it("reads llm-d's indexerConfig.kvCacheBackendConfigs and weighs a CPU copy by it", async () => {
