@@ -293,3 +293,35 @@ test("--inference-pool: the allowlist is the pool's Ready pods × target ports, 
   assert.equal(generations(p).length, 1);
   assert.equal(generations(vllm).length, 1);
 });
+
+test("SSRF protection: a decode request naming its own KV source outside the pool's hosts gets 403; a pool prefiller's params pass", async (t) => {
+  const { sc, vllm, ps } = await setup(t);
+  const forged = {
+    do_remote_prefill: true,
+    remote_engine_id: "e",
+    remote_request_id: "r",
+    remote_host: "203.0.113.9",
+    remote_port: 5600,
+  };
+  const bad = await call(sc.url, "/v1/completions", {
+    model: "m",
+    prompt: "x",
+    max_tokens: 2,
+    kv_transfer_params: forged,
+  });
+  assert.equal(bad.status, 403);
+  assert.match(JSON.parse(bad.text).error.message, /remote_host "203\.0\.113\.9" is not allowed/);
+  assert.equal(generations(vllm).length, 0, "nothing reached vLLM");
+  const poolHost = ps[0]!.id.slice(0, ps[0]!.id.lastIndexOf(":"));
+  const fromPool = { ...forged, remote_host: poolHost };
+  const ok = await call(sc.url, "/v1/completions", {
+    model: "m",
+    prompt: "x",
+    max_tokens: 2,
+    kv_transfer_params: fromPool,
+  });
+  assert.equal(ok.status, 200, "a prefiller of the pool, on its side-channel port");
+  assert.deepEqual(generations(vllm)[0]!.body.kv_transfer_params, fromPool, "passed on untouched");
+  const m = await scrapeMetrics(sc.metricsUrl!);
+  assert.equal(sampleValue(m, "kvgate_pd_ssrf_rejections_total", {}), 1);
+});

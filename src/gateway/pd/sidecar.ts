@@ -90,9 +90,19 @@ class Sidecar {
     o.allowlist?.on("add", invalidate).on("remove", invalidate).on("update", invalidate);
   }
 
-  allowed(id: string): boolean {
+  #ids(): Set<string> {
     this.#allowed ??= new Set((this.o.allowlist?.current() ?? []).map((s) => s.id));
-    return this.#allowed.has(id);
+    return this.#allowed;
+  }
+
+  allowed(id: string): boolean {
+    return this.#ids().has(id);
+  }
+
+  /** Whether `host` is the host of an allowed endpoint (any port). */
+  allowedHost(host: string): boolean {
+    for (const id of this.#ids()) if (id.slice(0, id.lastIndexOf(":")) === host) return true;
+    return false;
   }
 
   prefillPool(id: string): Pool {
@@ -204,6 +214,20 @@ async function handle(s: Sidecar, req: IncomingMessage, res: ServerResponse): Pr
       })
     ).out;
   } else {
+    const foreign = api !== null && (s.o.ssrfProtection ?? true) ? foreignKvSource(s, body) : null;
+    if (foreign !== null) {
+      s.metrics.ssrfRejections.inc();
+      s.log(
+        `kvgate pd-sidecar: SSRF protection: kv_transfer_params.remote_host ${foreign} is not a pool host; refused (403)`,
+      );
+      return sendError(
+        res,
+        new GatewayError(
+          403,
+          `kv_transfer_params.remote_host ${foreign} is not allowed by SSRF protection: it is not a host of the pool; let the endpoint picker choose the prefiller (x-prefiller-host-port) instead`,
+        ),
+      );
+    }
     out = await forward({
       ...local,
       path,
@@ -280,4 +304,27 @@ export async function startPdSidecar(o: PdSidecarOptions): Promise<PdSidecarHand
     await closeAll().catch(() => {});
     throw err;
   }
+}
+
+/**
+ * A decode request that names its own KV source (`kv_transfer_params.remote_host`, which vLLM's
+ * NixlConnector would contact) outside the pool's hosts: that host, quoted; else null. Ports are
+ * not compared — the side channel (vLLM's 5600 + rank) is not the serving port in the allowlist.
+ * Params from a prefiller of the pool (llm-d's coordinator topology) pass.
+ */
+function foreignKvSource(s: Sidecar, body: Buffer): string | null {
+  if (!body.includes("kv_transfer_params")) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString("utf8"));
+  } catch {
+    return null; // vLLM answers a malformed body itself
+  }
+  const params = (parsed as { kv_transfer_params?: unknown } | null)?.kv_transfer_params;
+  if (typeof params !== "object" || params === null) return null;
+  const host = (params as { remote_host?: unknown }).remote_host;
+  if (host === undefined || host === null) return null;
+  const h = String(host).replace(/^\[(.*)\]$/, "$1");
+  const bracketed = h.includes(":") ? `[${h}]` : h;
+  return s.allowedHost(h) || s.allowedHost(bracketed) ? null : JSON.stringify(String(host));
 }
