@@ -331,6 +331,7 @@ describe("P/D block accounting", () => {
             small({ numGpuBlocks: 120, maxModelLen: 400, kvLoadFailurePolicy: policy, kvLeaseDuration: 2 }),
           );
           let now = 0;
+          let finishedWithTokens = 0;
           const fates = new Map<string, string>();
           reqs.forEach((q, i) => {
             const id = `r${i}`;
@@ -353,6 +354,7 @@ describe("P/D block accounting", () => {
           for (let guard = 0; guard < 5000 && e.hasUnfinishedRequests(); guard++) {
             const s = e.step(now);
             e.checkInvariants();
+            for (const o of s.outputs) if (o.record) finishedWithTokens++;
             now = Math.max(now, s.endTime) + 0.001;
             for (const id of e.waitingForRemoteKv()) {
               const fate = fates.get(id);
@@ -370,9 +372,15 @@ describe("P/D block accounting", () => {
           e.expireLeases(now + 10);
           const st = e.stats();
           assert.equal(st.numFreeBlocks, 119, "every block is free once holds end");
+          // local_compute is what is left of the prompt tokens after the cache and transfer hits, so
+          // the three always sum; what can break is the hits over-counting. Every request that
+          // produced tokens computed at least its last prompt token itself (vLLM never caches or
+          // transfers all of a prompt).
           const src = st.promptTokensBySource;
-          assert.equal(src.local_compute + src.local_cache_hit + src.external_kv_transfer, st.promptTokens);
-          assert.ok(src.local_compute >= 0 && src.local_cache_hit >= 0 && src.external_kv_transfer >= 0);
+          assert.ok(
+            src.local_compute >= finishedWithTokens,
+            `local_compute ${src.local_compute} < ${finishedWithTokens} requests that each recomputed a token`,
+          );
           const done = Object.values(st.requestSuccess).reduce((a, b) => a + b, 0);
           assert.equal(done, reqs.length, "every request finishes exactly once");
         },
