@@ -9,10 +9,11 @@
  * --endpoints-file instead of an InferencePool, and --prefill-failure-policy / --prefill-timeout.
  * Bad flags exit 2; SIGTERM/SIGINT close and exit 0.
  */
-import { type Command, Option } from "commander";
+import type { Command } from "commander";
 import type { EndpointSource } from "../datalayer/endpoints.ts";
 import { startKubernetesDiscovery } from "./epp-kubernetes.ts";
-import { bool, durationMs, nonNegative, oneOf, port, positive } from "./flag-values.ts";
+import { bool, nonNegative, port, positive } from "./flag-values.ts";
+import { addPrefillLegOptions } from "./pd-flags.ts";
 
 interface Flags {
   host: string;
@@ -79,82 +80,61 @@ export function registerPdSidecar(program: Command): Command {
     const v = process.env[name];
     return v === undefined ? dflt : ["true", "1", "yes", "on"].includes(v.trim().toLowerCase());
   };
-  return program
-    .command("pd-sidecar")
-    .description(
-      "Routing sidecar for a decode pod (drop-in for llm-d's pd-sidecar): runs the P/D legs when the EPP names a prefiller, else proxies to the local vLLM.",
-    )
-    .option("--host <host>", "address to listen on", "0.0.0.0")
-    .option("--port <port>", "the port the sidecar listens on", port, 8000)
-    .option("--vllm-host <host>", "the local vLLM's address", "127.0.0.1")
-    .option("--vllm-port <port>", "the local vLLM's port", port, 8200)
-    .option("--model-server-port <port>", "the same as --vllm-port (llm-d's newer name; wins)", port)
-    .option(
-      "--kv-connector <name>",
-      "KV transfer protocol between prefiller and decoder (nixlv2 only)",
-      "nixlv2",
-    )
-    .option("--ec-connector <name>", "encoder connector (not supported)")
-    .option(
-      "--prefill-max-retries <n>",
-      "retries of a prefill answered 502/503/504 or cut off",
-      nonNegative,
-      0,
-    )
-    .addOption(
-      new Option("--prefill-retry-backoff <duration>", "pause between prefill retries")
-        .argParser(durationMs)
-        .default(200, "200ms"),
-    )
-    .addOption(
-      new Option("--prefill-timeout <duration>", "each prefill attempt must be answered in full within this")
-        .argParser(durationMs)
-        .default(60_000, "60s"),
-    )
-    .option(
-      "--prefill-failure-policy <recompute|fail>",
-      "a failed prefill is prefilled on the local vLLM (recompute; x-kvgate-pd: fallback-<reason>) or returned as llm-d does (fail)",
-      oneOf("recompute", "fail"),
-      "recompute",
-    )
-    .option(
-      "--enable-ssrf-protection [bool]",
-      "only prefillers in the allowlist (host and port) are used; others get 403 (llm-d's default: false)",
-      bool,
-      true,
-    )
-    .option(
-      "--inference-pool <namespace/name>",
-      "the InferencePool whose Ready pods × target ports are the allowlist (a bare name means namespace default)",
-      process.env.INFERENCE_POOL || undefined,
-    )
-    .option("--pool-group <group>", "API group of the InferencePool", "inference.networking.k8s.io")
-    .option("--endpoints <list>", "static allowlist: host:port,... (instead of --inference-pool)")
-    .option(
-      "--endpoints-file <path>",
-      "static allowlist: a kvgate endpoints YAML file, re-read when it changes",
-    )
-    .option(
-      "--enable-prefiller-sampling [bool]",
-      "pick a random prefiller when the header names several (default: the first)",
-      bool,
-      envBool("ENABLE_PREFILLER_SAMPLING", false),
-    )
-    .option("--secure-serving [bool]", "TLS on the listener (not supported: pass false)", bool, false)
-    .option("--secure-proxy [bool]", "deprecated name of --secure-serving", bool)
-    .option("--cert-path <dir>", "TLS certificate directory (not supported)")
-    .option("--enable-tls <stages>", "TLS to prefiller/decoder/encoder (not supported)")
-    .option("--tls-insecure-skip-verify <stages>", "(not supported)")
-    .option("--decode-chunk-size <n>", "chunked decode token budget (0 only)", nonNegative, 0)
-    .option("--data-parallel-size <n>", "the model server's data-parallel size (1 only)", positive, 1)
-    .option("--metrics-port <port>", "serve kvgate_pd_* on this port's /metrics (0 = off)", port, 0)
-    .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
-    .option("--seed <n>", "seed of --enable-prefiller-sampling's draws", nonNegative, 1)
-    .action(async (flags: Flags, cmd: Command) => {
-      const bad = checkSidecarFlags(flags);
-      if (bad) cmd.error(`error: ${bad}`, { exitCode: 2 });
-      await run(flags, cmd);
-    });
+  return addPrefillLegOptions(
+    program
+      .command("pd-sidecar")
+      .description(
+        "Routing sidecar for a decode pod (drop-in for llm-d's pd-sidecar): runs the P/D legs when the EPP names a prefiller, else proxies to the local vLLM.",
+      )
+      .option("--host <host>", "address to listen on", "0.0.0.0")
+      .option("--port <port>", "the port the sidecar listens on", port, 8000)
+      .option("--vllm-host <host>", "the local vLLM's address", "127.0.0.1")
+      .option("--vllm-port <port>", "the local vLLM's port", port, 8200)
+      .option("--model-server-port <port>", "the same as --vllm-port (llm-d's newer name; wins)", port)
+      .option(
+        "--kv-connector <name>",
+        "KV transfer protocol between prefiller and decoder (nixlv2 only)",
+        "nixlv2",
+      )
+      .option("--ec-connector <name>", "encoder connector (not supported)")
+      .option(
+        "--enable-ssrf-protection [bool]",
+        "only prefillers in the allowlist (host and port) are used; others get 403 (llm-d's default: false)",
+        bool,
+        true,
+      )
+      .option(
+        "--inference-pool <namespace/name>",
+        "the InferencePool whose Ready pods × target ports are the allowlist (a bare name means namespace default)",
+        process.env.INFERENCE_POOL || undefined,
+      )
+      .option("--pool-group <group>", "API group of the InferencePool", "inference.networking.k8s.io")
+      .option("--endpoints <list>", "static allowlist: host:port,... (instead of --inference-pool)")
+      .option(
+        "--endpoints-file <path>",
+        "static allowlist: a kvgate endpoints YAML file, re-read when it changes",
+      )
+      .option(
+        "--enable-prefiller-sampling [bool]",
+        "pick a random prefiller when the header names several (default: the first)",
+        bool,
+        envBool("ENABLE_PREFILLER_SAMPLING", false),
+      )
+      .option("--secure-serving [bool]", "TLS on the listener (not supported: pass false)", bool, false)
+      .option("--secure-proxy [bool]", "deprecated name of --secure-serving", bool)
+      .option("--cert-path <dir>", "TLS certificate directory (not supported)")
+      .option("--enable-tls <stages>", "TLS to prefiller/decoder/encoder (not supported)")
+      .option("--tls-insecure-skip-verify <stages>", "(not supported)")
+      .option("--decode-chunk-size <n>", "chunked decode token budget (0 only)", nonNegative, 0)
+      .option("--data-parallel-size <n>", "the model server's data-parallel size (1 only)", positive, 1)
+      .option("--metrics-port <port>", "serve kvgate_pd_* on this port's /metrics (0 = off)", port, 0)
+      .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
+      .option("--seed <n>", "seed of --enable-prefiller-sampling's draws", nonNegative, 1),
+  ).action(async (flags: Flags, cmd: Command) => {
+    const bad = checkSidecarFlags(flags);
+    if (bad) cmd.error(`error: ${bad}`, { exitCode: 2 });
+    await run(flags, cmd);
+  });
 }
 
 async function allowlist(

@@ -7,9 +7,10 @@
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
-import { type Command, Option } from "commander";
+import type { Command } from "commander";
 import type { BoundAddress } from "../gateway/gateway.ts";
-import { durationMs, integer, nonNegative, oneOf, port, positive } from "./flag-values.ts";
+import { integer, oneOf, port, positive } from "./flag-values.ts";
+import { addPrefillLegOptions } from "./pd-flags.ts";
 
 interface Flags {
   host: string;
@@ -53,181 +54,161 @@ export function where(b: BoundAddress): string {
 
 /** Adds the `serve` command to the program. */
 export function registerServe(program: Command): Command {
-  return program
-    .command("serve")
-    .description(
-      "Run the gateway: route each OpenAI request to the replica holding its prefix, unless saturated.",
-    )
-    .option("--host <host>", "public address to listen on", "0.0.0.0")
-    .option("--port <port>", "public port (OpenAI API; 0 = any free port)", port, 8080)
-    .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
-    .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
-    .option("--endpoints <list>", "replicas as host:port,host:port,...")
-    .option(
-      "--endpoints-file <path>",
-      "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
-    )
-    .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
-    .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
-    .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
-    .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
-    .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
-    .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
-    .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
-    .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may finish", integer, 30_000)
-    .option(
-      "--headers-timeout-ms <n>",
-      "a client must send its request headers within this",
-      positive,
-      30_000,
-    )
-    .option("--request-timeout-ms <n>", "a client must send its whole request within this", positive, 120_000)
-    .option(
-      "--upstream-timeout-ms <n>",
-      "a replica must send headers, and then each chunk, within this",
-      positive,
-      300_000,
-    )
-    .option(
-      "--failure-threshold <n>",
-      "failed metric scrapes in a row that make a replica unhealthy",
-      positive,
-      3,
-    )
-    .option(
-      "--tokenizer <dir|sim|endpoint>",
-      "tokenize prompts for the prefix index: a tokenizer.json directory, sim, or endpoint (alias " +
-        "remote: ask a candidate replica's vLLM POST /tokenize, 250 ms timeout, no ids on failure); " +
-        "local ones cache token ids per prompt segment split at special tokens (precise mode: the " +
-        "served model's tokenizer, so ids match vLLM's; default sim)",
-    )
-    .option(
-      "--tokenizer-cache-bytes <n>",
-      "byte budget of the local tokenizer's per-segment id cache (LRU; 0 disables)",
-      (v: string) => (v === "0" ? 0 : positive(v)),
-      64 * 1024 * 1024,
-    )
-    .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
-    .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
-    .option(
-      "--no-served-endpoint-header",
-      "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
-    )
-    .option(
-      "--pd-legs <gateway|sidecar>",
-      "P/D (a disagg-profile-handler config): gateway = kvgate sends the prefill leg, then the decode " +
-        "leg; sidecar = kvgate only sets x-prefiller-host-port for the decode pod's routing sidecar",
-      oneOf("gateway", "sidecar"),
-      "gateway",
-    )
-    .option(
-      "--prefill-failure-policy <recompute|fail>",
-      "P/D: a failed prefill leg (unreachable, timeout, HTTP error, no kv_transfer_params) is prefilled " +
-        "on the decoder (recompute, marked x-kvgate-pd: fallback-<reason>) or, with fail, returned as llm-d's sidecar does",
-      oneOf("recompute", "fail"),
-      "recompute",
-    )
-    .option(
-      "--prefill-max-retries <n>",
-      "P/D: retries of a prefill answered 502/503/504 or cut off",
-      nonNegative,
-      0,
-    )
-    .addOption(
-      new Option("--prefill-retry-backoff <duration>", "P/D: pause between prefill retries")
-        .argParser(durationMs)
-        .default(200, "200ms"),
-    )
-    .addOption(
-      new Option(
-        "--prefill-timeout <duration>",
-        "P/D: each prefill attempt must be answered in full within this",
+  return addPrefillLegOptions(
+    program
+      .command("serve")
+      .description(
+        "Run the gateway: route each OpenAI request to the replica holding its prefix, unless saturated.",
       )
-        .argParser(durationMs)
-        .default(60_000, "60s"),
-    )
-    .action(async (flags: Flags, cmd: Command) => {
-      if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
-        cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
-      const { startGateway } = await import("../gateway/gateway.ts");
-      const { EndpointConfigError } = await import("../datalayer/endpoints.ts");
-      const { ConfigError } = await import("../scheduler/errors.ts");
-      let gw: Awaited<ReturnType<typeof startGateway>>;
-      try {
-        gw = await startGateway({
-          host: flags.host,
-          port: flags.port,
-          adminHost: flags.adminHost,
-          adminPort: flags.adminPort,
-          endpoints: flags.endpoints,
-          endpointsFile: flags.endpointsFile,
-          configFile: flags.config,
-          modelObjectivesFile: flags.modelObjectives,
-          scrapeIntervalMs: flags.scrapeIntervalMs,
-          scrapeTimeoutMs: flags.scrapeTimeoutMs,
-          maxBodyBytes: flags.maxBodyBytes,
-          maxConcurrentRequests: flags.maxConcurrentRequests,
-          maxAttempts: flags.maxAttempts,
-          drainTimeoutMs: flags.drainTimeoutMs,
-          headersTimeoutMs: flags.headersTimeoutMs,
-          requestTimeoutMs: flags.requestTimeoutMs,
-          upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
-          upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
-          failureThreshold: flags.failureThreshold,
-          tokenizer: flags.tokenizer,
-          tokenizerCacheBytes: flags.tokenizerCacheBytes,
-          tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
-          poolName: flags.poolName,
-          servedEndpointHeader: flags.servedEndpointHeader,
-          pdLegs: flags.pdLegs,
-          prefillFailurePolicy: flags.prefillFailurePolicy,
-          prefillMaxRetries: flags.prefillMaxRetries,
-          prefillRetryBackoffMs: flags.prefillRetryBackoff,
-          prefillTimeoutMs: flags.prefillTimeout,
-        });
-      } catch (err) {
-        const e = err as Error & { code?: string };
-        if (err instanceof EndpointConfigError || err instanceof ConfigError || /^--|^give /.test(e.message))
-          cmd.error(`error: ${e.message}`, { exitCode: 2 });
-        console.error(`kvgate serve: cannot start: ${e.message}`);
-        process.exit(1);
-      }
-      // Handlers first: a supervisor (or test) may signal as soon as it reads the startup line, and a
-      // signal without a handler would kill the process instead of draining it.
-      let stopping = false;
-      const stop = (signal: string) => {
-        if (stopping) return;
-        stopping = true;
-        console.error(`kvgate serve: ${signal}, draining`);
-        const force = setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000);
-        force.unref();
-        gw.close().then(
-          () => process.exit(0),
-          () => process.exit(0),
-        );
-      };
-      process.once("SIGTERM", () => stop("SIGTERM"));
-      process.once("SIGINT", () => stop("SIGINT"));
-      const n = gw.gateway.data.store.size;
-      const g = gw.gateway;
-      const precise = g.routing.precise.map((p) => p.typedName.name);
-      const mode =
-        precise.length === 0
-          ? ""
-          : `, precise mode (KV events for ${precise.join(", ")}), tokenizer ${
-              g.tokenizerDefaulted
-                ? "sim (default: no --tokenizer given; for real vLLM pass --tokenizer <dir of the model's tokenizer.json>)"
-                : g.tokenizerName
-            }`;
-      const handler = g.routing.scheduler.plugins.get(g.routing.scheduler.config.profileHandler);
-      const pd =
-        handler?.typedName.type !== "disagg-profile-handler"
-          ? ""
-          : flags.pdLegs === "sidecar"
-            ? ", P/D: the prefiller goes to the decode pods' sidecars in x-prefiller-host-port"
-            : `, P/D: kvgate runs the prefill and decode legs (a failed prefill: ${flags.prefillFailurePolicy === "fail" ? "returned to the client" : "prefilled on the decoder, x-kvgate-pd: fallback-<reason>"})`;
-      console.log(
-        `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}${pd}`,
+      .option("--host <host>", "public address to listen on", "0.0.0.0")
+      .option("--port <port>", "public port (OpenAI API; 0 = any free port)", port, 8080)
+      .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
+      .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
+      .option("--endpoints <list>", "replicas as host:port,host:port,...")
+      .option(
+        "--endpoints-file <path>",
+        "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
+      )
+      .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
+      .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
+      .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
+      .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
+      .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
+      .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
+      .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
+      .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may finish", integer, 30_000)
+      .option(
+        "--headers-timeout-ms <n>",
+        "a client must send its request headers within this",
+        positive,
+        30_000,
+      )
+      .option(
+        "--request-timeout-ms <n>",
+        "a client must send its whole request within this",
+        positive,
+        120_000,
+      )
+      .option(
+        "--upstream-timeout-ms <n>",
+        "a replica must send headers, and then each chunk, within this",
+        positive,
+        300_000,
+      )
+      .option(
+        "--failure-threshold <n>",
+        "failed metric scrapes in a row that make a replica unhealthy",
+        positive,
+        3,
+      )
+      .option(
+        "--tokenizer <dir|sim|endpoint>",
+        "tokenize prompts for the prefix index: a tokenizer.json directory, sim, or endpoint (alias " +
+          "remote: ask a candidate replica's vLLM POST /tokenize, 250 ms timeout, no ids on failure); " +
+          "local ones cache token ids per prompt segment split at special tokens (precise mode: the " +
+          "served model's tokenizer, so ids match vLLM's; default sim)",
+      )
+      .option(
+        "--tokenizer-cache-bytes <n>",
+        "byte budget of the local tokenizer's per-segment id cache (LRU; 0 disables)",
+        (v: string) => (v === "0" ? 0 : positive(v)),
+        64 * 1024 * 1024,
+      )
+      .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
+      .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
+      .option(
+        "--no-served-endpoint-header",
+        "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
+      )
+      .option(
+        "--pd-legs <gateway|sidecar>",
+        "P/D (a disagg-profile-handler config): gateway = kvgate sends the prefill leg, then the decode " +
+          "leg; sidecar = kvgate only sets x-prefiller-host-port for the decode pod's routing sidecar",
+        oneOf("gateway", "sidecar"),
+        "gateway",
+      ),
+  ).action(async (flags: Flags, cmd: Command) => {
+    if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
+      cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
+    const { startGateway } = await import("../gateway/gateway.ts");
+    const { EndpointConfigError } = await import("../datalayer/endpoints.ts");
+    const { ConfigError } = await import("../scheduler/errors.ts");
+    let gw: Awaited<ReturnType<typeof startGateway>>;
+    try {
+      gw = await startGateway({
+        host: flags.host,
+        port: flags.port,
+        adminHost: flags.adminHost,
+        adminPort: flags.adminPort,
+        endpoints: flags.endpoints,
+        endpointsFile: flags.endpointsFile,
+        configFile: flags.config,
+        modelObjectivesFile: flags.modelObjectives,
+        scrapeIntervalMs: flags.scrapeIntervalMs,
+        scrapeTimeoutMs: flags.scrapeTimeoutMs,
+        maxBodyBytes: flags.maxBodyBytes,
+        maxConcurrentRequests: flags.maxConcurrentRequests,
+        maxAttempts: flags.maxAttempts,
+        drainTimeoutMs: flags.drainTimeoutMs,
+        headersTimeoutMs: flags.headersTimeoutMs,
+        requestTimeoutMs: flags.requestTimeoutMs,
+        upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
+        upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
+        failureThreshold: flags.failureThreshold,
+        tokenizer: flags.tokenizer,
+        tokenizerCacheBytes: flags.tokenizerCacheBytes,
+        tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
+        poolName: flags.poolName,
+        servedEndpointHeader: flags.servedEndpointHeader,
+        pdLegs: flags.pdLegs,
+        prefillFailurePolicy: flags.prefillFailurePolicy,
+        prefillMaxRetries: flags.prefillMaxRetries,
+        prefillRetryBackoffMs: flags.prefillRetryBackoff,
+        prefillTimeoutMs: flags.prefillTimeout,
+      });
+    } catch (err) {
+      const e = err as Error & { code?: string };
+      if (err instanceof EndpointConfigError || err instanceof ConfigError || /^--|^give /.test(e.message))
+        cmd.error(`error: ${e.message}`, { exitCode: 2 });
+      console.error(`kvgate serve: cannot start: ${e.message}`);
+      process.exit(1);
+    }
+    // Handlers first: a supervisor (or test) may signal as soon as it reads the startup line, and a
+    // signal without a handler would kill the process instead of draining it.
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      console.error(`kvgate serve: ${signal}, draining`);
+      const force = setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000);
+      force.unref();
+      gw.close().then(
+        () => process.exit(0),
+        () => process.exit(0),
       );
-    });
+    };
+    process.once("SIGTERM", () => stop("SIGTERM"));
+    process.once("SIGINT", () => stop("SIGINT"));
+    const n = gw.gateway.data.store.size;
+    const g = gw.gateway;
+    const precise = g.routing.precise.map((p) => p.typedName.name);
+    const mode =
+      precise.length === 0
+        ? ""
+        : `, precise mode (KV events for ${precise.join(", ")}), tokenizer ${
+            g.tokenizerDefaulted
+              ? "sim (default: no --tokenizer given; for real vLLM pass --tokenizer <dir of the model's tokenizer.json>)"
+              : g.tokenizerName
+          }`;
+    const handler = g.routing.scheduler.plugins.get(g.routing.scheduler.config.profileHandler);
+    const pd =
+      handler?.typedName.type !== "disagg-profile-handler"
+        ? ""
+        : flags.pdLegs === "sidecar"
+          ? ", P/D: the prefiller goes to the decode pods' sidecars in x-prefiller-host-port"
+          : `, P/D: kvgate runs the prefill and decode legs (a failed prefill: ${flags.prefillFailurePolicy === "fail" ? "returned to the client" : "prefilled on the decoder, x-kvgate-pd: fallback-<reason>"})`;
+    console.log(
+      `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}${pd}`,
+    );
+  });
 }
