@@ -7,6 +7,7 @@
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
+import { formatBreakdown } from "../bench/breakdown.ts";
 import {
   formatComparison,
   formatLimits,
@@ -55,6 +56,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
         const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";
         console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
+        if (o.run.breakdown) console.log(`${formatBreakdown(o.run.breakdown)}\n`);
       },
     });
   } catch (e) {
