@@ -103,12 +103,14 @@ export function groupFigures(
 
 /**
  * The breakdown of `records` (any order; matched to `specs` by id; warm-up requests left out), or
- * null when no request carries tags.
+ * null when no request carries tags. `objectives` (name → priority) labels and orders the priority
+ * groups "name (priority)", highest first; null (the bench, which cannot see the gateway's
+ * InferenceObjectives): by objective name alone.
  */
 export function breakdown(
   records: readonly RequestRecord[],
   specs: readonly RequestSpec[],
-  objectives: ObjectivePriorities = new Map(),
+  objectives: ObjectivePriorities | null = null,
 ): Breakdown | null {
   if (!specs.some((s) => s.tags !== undefined)) return null;
   const byId = new Map(specs.map((s) => [s.id, s]));
@@ -126,8 +128,10 @@ export function breakdown(
     return [...m.entries()].sort(([a], [b]) => order(a, b)).map(([k, g]) => groupFigures(k, g.recs, g.specs));
   };
   const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-  const prio = (s: RequestSpec) => priorityOf(objectives, s.tags?.objective);
-  const prioLabel = (s: RequestSpec) => `${s.tags?.objective ?? "(none)"} (${prio(s)})`;
+  const prioLabel = (s: RequestSpec) =>
+    objectives === null
+      ? (s.tags?.objective ?? "(none)")
+      : `${s.tags?.objective ?? "(none)"} (${priorityOf(objectives, s.tags?.objective)})`;
   const prioOf = (label: string) => Number(/\((-?\d+)\)$/.exec(label)?.[1] ?? 0);
   const streamOrder = new Map<string, number>();
   for (const s of specs)
@@ -144,6 +148,18 @@ export function breakdown(
 
 const s3 = (x: number | null) => (x === null ? "-" : x.toFixed(3));
 const f1 = (x: number | null) => (x === null ? "-" : x.toFixed(1));
+
+/** llm-d's request headers for a request's tags (the bench sends them; mix.ts explains each). */
+export function tagHeaders(spec: RequestSpec): Record<string, string> {
+  const t = spec.tags;
+  if (t === undefined) return {};
+  return {
+    ...(t.tenant !== undefined ? { "x-gateway-inference-fairness-id": t.tenant } : {}),
+    ...(t.objective !== undefined ? { "x-gateway-inference-objective": t.objective } : {}),
+    ...(t.sloTtftMs !== undefined ? { "x-llm-d-slo-ttft-ms": String(t.sloTtftMs) } : {}),
+    ...(t.sloTpotMs !== undefined ? { "x-llm-d-slo-tpot-ms": String(t.sloTpotMs) } : {}),
+  };
+}
 
 /** The breakdown as three text tables (per tenant, per priority, per stream). */
 export function formatBreakdown(b: Breakdown): string {
