@@ -43,7 +43,12 @@ const UNWATCHED: UsageWatch = { outputTokens: () => undefined, report: () => {} 
  * predictor's TPOT); neither configured, nothing is watched. A stream without a usage block counts
  * one output token per data event.
  */
-export function watchUsage(gw: Gateway, routing: Routing, requestId: string, res: ServerResponse): UsageWatch {
+export function watchUsage(
+  gw: Gateway,
+  routing: Routing,
+  requestId: string,
+  res: ServerResponse,
+): UsageWatch {
   if (flowGateOf(gw, routing) === null && !routing.scheduler.wantsResponseUsage) return UNWATCHED;
   const usage = new UsageScanner();
   let events = 0;

@@ -8,9 +8,10 @@
  *
  * The learner is recursive least squares on engineered features (the training server's
  * `effective_input_tokens = (1 − prefix_cache_score) · input_token_length`, `is_queued`, and a few
- * products of load and work), one model per pod role, fitted to log(latency) so the error it
- * minimises is relative — what MAPE measures. Chosen by measurement against the alternatives kept
- * here (`mode`: a linear-target fit, and llm-d's queued / not-queued split), with
+ * products of load and work), one model per pod role, fitted by least squares weighted 1/y² so the
+ * error it minimises is relative — what MAPE measures. Chosen by measurement against the
+ * alternatives kept here (`mode`: plain least squares, a log-latency fit, and llm-d's queued /
+ * not-queued split), with
  * `npm run bench:latency-model`. Below `minSamples` observations a model reports not ready and the
  * plugins fall back as llm-d's do when its predictor has no model yet. Pure: no clocks.
  */
@@ -37,7 +38,12 @@ export interface LatencyFeatures {
   podType: string;
 }
 
-export type ModelMode = "log" | "linear" | "split";
+/**
+ * relative: a linear model fitted by least squares weighted 1/y² (the relative error, what MAPE
+ * measures); linear: plain least squares; log: a linear model of log(latency); split: relative,
+ * with llm-d's queued / not-queued regimes fitted apart.
+ */
+export type ModelMode = "relative" | "linear" | "log" | "split";
 
 export interface PredictorOptions {
   /** Observations before a model is used (llm-d chart: LATENCY_MIN_SAMPLES_FOR_RETRAIN = 100). */
@@ -47,7 +53,11 @@ export interface PredictorOptions {
   mode: ModelMode;
 }
 
-export const DEFAULT_PREDICTOR_OPTIONS: PredictorOptions = { minSamples: 100, lambda: 0.9995, mode: "log" };
+export const DEFAULT_PREDICTOR_OPTIONS: PredictorOptions = {
+  minSamples: 100,
+  lambda: 0.9995,
+  mode: "relative",
+};
 
 export const TTFT_DIM = 11;
 export const TPOT_DIM = 8;
@@ -90,6 +100,7 @@ export function tpotBasis(f: LatencyFeatures, out: Float64Array): Float64Array {
 class Target {
   readonly #models: Rls[];
   readonly #x: Float64Array;
+  readonly #xs: Float64Array;
   samples = 0;
 
   constructor(
@@ -100,6 +111,7 @@ class Target {
     const n = opts.mode === "split" ? 2 : 1;
     this.#models = Array.from({ length: n }, () => new Rls(dim, opts.lambda));
     this.#x = new Float64Array(dim);
+    this.#xs = new Float64Array(dim);
   }
 
   #model(f: LatencyFeatures): Rls {
@@ -109,8 +121,15 @@ class Target {
   observe(f: LatencyFeatures, ms: number): void {
     if (!(ms > 0) || !Number.isFinite(ms)) return;
     const x = this.basis(f, this.#x);
-    const y = this.opts.mode === "linear" ? ms : Math.log(ms);
-    this.#model(f).update(x, y);
+    const mode = this.opts.mode;
+    if (mode === "log") this.#model(f).update(x, Math.log(ms));
+    else if (mode === "linear") this.#model(f).update(x, ms);
+    else {
+      // Weighted least squares, weight 1/y²: fit x/y to 1.
+      const xs = this.#xs;
+      for (let i = 0; i < this.dim; i++) xs[i] = x[i] / ms;
+      this.#model(f).update(xs, 1);
+    }
     this.samples++;
   }
 
@@ -125,7 +144,7 @@ class Target {
     // A regime with too few samples of its own borrows the other's fit.
     const use = m.samples < Math.min(this.opts.minSamples, 20) ? this.#models[0] : m;
     const v = use.predict(this.basis(f, this.#x));
-    const ms = this.opts.mode === "linear" ? v : Math.exp(Math.min(v, 30));
+    const ms = this.opts.mode === "log" ? Math.exp(Math.min(v, 30)) : v;
     return ms > 0 && Number.isFinite(ms) ? ms : 0;
   }
 }

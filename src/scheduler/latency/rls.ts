@@ -24,7 +24,8 @@ export class Rls {
     /** Ridge prior strength: P₀ = I/delta. */
     readonly delta = 1e-2,
   ) {
-    if (!(lambda > 0 && lambda <= 1)) throw new RangeError(`forgetting factor must be in (0, 1], got ${lambda}`);
+    if (!(lambda > 0 && lambda <= 1))
+      throw new RangeError(`forgetting factor must be in (0, 1], got ${lambda}`);
     this.dim = dim;
     this.w = new Float64Array(dim);
     this.#p = new Float64Array(dim * dim);

@@ -87,8 +87,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     const gate = params.maxTTFTPenaltyMs > 0;
     const predicted = params.ttftSource === "latencyPredictor";
     this.#inflight = gate && !predicted ? inflightKey(params.inFlightLoadProducerName as string) : null;
-    this.#latency =
-      gate && predicted ? latencyKey(params.latencyPredictionInfoProducerName as string) : null;
+    this.#latency = gate && predicted ? latencyKey(params.latencyPredictionInfoProducerName as string) : null;
     this.#decision = dataKey(`prefix-cache-affinity/${name}`);
   }
 
