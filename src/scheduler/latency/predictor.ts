@@ -101,6 +101,7 @@ class Target {
   readonly #models: Rls[];
   readonly #x: Float64Array;
   readonly #xs: Float64Array;
+  #meanY = 0;
   samples = 0;
 
   constructor(
@@ -125,10 +126,13 @@ class Target {
     if (mode === "log") this.#model(f).update(x, Math.log(ms));
     else if (mode === "linear") this.#model(f).update(x, ms);
     else {
-      // Weighted least squares, weight 1/y²: fit x/y to 1.
+      // Weighted least squares, weight (ȳ/y)² ∝ 1/y²: fit x·ȳ/y to ȳ. The running mean ȳ keeps the
+      // rows at the data's own scale, so the ridge prior stays weak against them.
+      this.#meanY += (ms - this.#meanY) / (this.samples + 1);
+      const k = this.#meanY / ms;
       const xs = this.#xs;
-      for (let i = 0; i < this.dim; i++) xs[i] = x[i] / ms;
-      this.#model(f).update(xs, 1);
+      for (let i = 0; i < this.dim; i++) xs[i] = x[i] * k;
+      this.#model(f).update(xs, this.#meanY);
     }
     this.samples++;
   }

@@ -10,10 +10,15 @@
  * `kvgate serve` and virtual time in `kvgate simulate` — the same hooks.
  *
  * Validity as llm-d's validatePrediction: TTFT valid iff predicted < x-llm-d-slo-ttft-ms (headroom =
- * SLO − predicted; no SLO → always negative). With streamingMode, TPOT valid iff predicted < the
- * request's TPOT SLO × sloBufferFactor, tightened to the endpoint's smallest TPOT SLO among its
- * running requests × sloBufferFactor; without streamingMode, or on a prefill pod, TPOT is
- * neutralised (valid, headroom 0). Not streamingMode trains TTFT from the first byte of every
+ * SLO − predicted; no SLO → always negative, so the scorer still prefers the fastest). With
+ * streamingMode, TPOT valid iff predicted < the request's TPOT SLO × sloBufferFactor, tightened to
+ * the endpoint's smallest TPOT SLO among its running requests × sloBufferFactor; without
+ * streamingMode, or on a prefill pod, TPOT is neutralised (valid, headroom 0). Where kvgate differs:
+ * an SLO the request does not set is not a constraint — TTFT without an SLO counts as valid (its
+ * headroom stays −predicted), and in streamingMode a request without a TPOT SLO has TPOT
+ * neutralised. llm-d marks both invalid, so a request naming only one SLO could never be valid
+ * anywhere: the tier filter would keep every endpoint and the admitter refuse it whenever no
+ * endpoint is idle or cold. Not streamingMode trains TTFT from the first byte of every
  * response (a non-streamed one's first byte is its end, as llm-d's e2e-as-TTFT); streamingMode only
  * from streamed ones.
  */
@@ -177,7 +182,7 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
       const tpot = pred.tpotMs ?? 0;
       let tpotValid = true;
       let tpotHeadroom = 0;
-      if (p.streamingMode && f.podType !== "prefill") {
+      if (p.streamingMode && f.podType !== "prefill" && tpotSlo > 0) {
         let buffered = tpotSlo * p.sloBufferFactor;
         const podMin = this.#minTpotSlo(e.id);
         if (podMin > 0) buffered = Math.min(buffered, podMin * p.sloBufferFactor);
@@ -185,7 +190,7 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
         tpotHeadroom = buffered - tpot;
       }
       out.set(e.id, {
-        ttftValid: ttft < ttftSlo,
+        ttftValid: ttftSlo > 0 ? ttft < ttftSlo : true,
         tpotValid,
         ttftHeadroom: ttftSlo - ttft,
         tpotHeadroom,
