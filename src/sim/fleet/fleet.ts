@@ -352,7 +352,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.completionTokens = rec.outputTokenIds.length;
     // A decode leg's transferred tokens are not prefix-cache hits.
     r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
-    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now, {
+      outputTokens: r.completionTokens,
+    });
     counters.completed++;
     resolve(i);
     if (flow?.finished(specs[i].id, { promptTokens: r.promptTokens, outputTokens: r.completionTokens }))
