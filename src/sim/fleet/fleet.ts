@@ -262,6 +262,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       priority: priorityOf(objectives, spec.tags?.objective),
       ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
       ...(withTokenIds ? { tokenIds: ids } : {}),
+      // A tagged request's SLOs, as the gateway reads x-llm-d-slo-ttft-ms / -tpot-ms.
+      ...(spec.tags?.sloTtftMs !== undefined ? { sloTtftMs: spec.tags.sloTtftMs } : {}),
+      ...(spec.tags?.sloTpotMs !== undefined ? { sloTpotMs: spec.tags.sloTpotMs } : {}),
     };
     if (flow !== null) {
       const rej = flow.enqueue(flow.request(spec, ids.length, now), now, candidates);
