@@ -104,7 +104,7 @@ export const FLOW_POLICY_SPECS = [
   })),
   policySpec(
     VTC,
-    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC).",
+    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC); holdback keeps the top of the ceiling for flows below their share.",
     vtcParams as unknown as z.ZodType<Record<string, unknown>>,
     (p) => ({
       role: "fairness",
