@@ -159,8 +159,16 @@ describe("holdback (vtc-fairness-policy)", () => {
       inflight.push(d.request.fairnessId);
   };
 
+  /** B sent one request that was served: the band knows two flows. */
+  const knowsB = (c: FlowController) => {
+    c.enqueue(req("b-early", "B"), 0);
+    assert.equal(c.dispatch(0, 0)?.request.id, "b-early");
+    c.completed("B", 0, 1);
+  };
+
   it("a flooding flow stops at ceiling − holdback; a newcomer goes at once, up to its share", () => {
     const c = new FlowController(settings(0.4));
+    knowsB(c);
     for (let i = 0; i < 6; i++) c.enqueue(req(`a${i}`, "A"), 0);
     const inflight: string[] = [];
     drain(c, inflight);
@@ -182,6 +190,7 @@ describe("holdback (vtc-fairness-policy)", () => {
 
   it("without holdback the flood fills the gate and a newcomer waits", () => {
     const c = new FlowController(settings(0));
+    knowsB(c);
     for (let i = 0; i < 6; i++) c.enqueue(req(`a${i}`, "A"), 0);
     const inflight: string[] = [];
     drain(c, inflight);
@@ -190,8 +199,29 @@ describe("holdback (vtc-fairness-policy)", () => {
     assert.deepEqual(inflight, ["A", "A", "A", "A", "A"]);
   });
 
+  it("a band that has only ever seen one flow holds nothing back", () => {
+    const c = new FlowController(settings(0.4));
+    for (let i = 0; i < 10; i++) c.enqueue(req(`a${i}`, "A"), 0);
+    const inflight: string[] = [];
+    drain(c, inflight);
+    assert.equal(inflight.length, 5);
+    // Once B has been seen (and until it is forgotten), A's next dispatches stop at the holdback.
+    c.enqueue(req("b0", "B"), 0);
+    for (let k = 0; k < 3; k++) {
+      c.completed("A", 0, 1);
+      inflight.splice(inflight.indexOf("A"), 1);
+    }
+    drain(c, inflight);
+    assert.deepEqual(inflight.sort(), ["A", "A", "B"]);
+    c.completed("A", 0, 1);
+    inflight.splice(inflight.indexOf("A"), 1);
+    drain(c, inflight);
+    assert.deepEqual(inflight.sort(), ["A", "A", "B"], "A held at 0.6 with B still known");
+  });
+
   it("released (never served) frees the flow's slot as completion does", () => {
     const c = new FlowController(settings(0.4));
+    knowsB(c);
     for (let i = 0; i < 4; i++) c.enqueue(req(`a${i}`, "A"), 0);
     const inflight: string[] = [];
     drain(c, inflight);

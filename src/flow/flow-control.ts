@@ -8,8 +8,10 @@
  * Every enqueued request leaves exactly once: dispatched, expired (TTL) or removed (disconnect).
  * Flows count what they have in flight (dispatched until completed() or released()), so a band's
  * `holdback` (kvgate's vtc-fairness-policy parameter) can keep the top of the saturation ceiling
- * for flows holding less than their share: a flow that floods the gate stops at ceiling − holdback,
- * and a newly active flow is dispatched at once instead of waiting for one of its requests to end.
+ * for flows holding less than their share: once the band knows more than one flow (flows are
+ * forgotten flowGcAfter after their last request), a flow that floods the gate stops at
+ * ceiling − holdback, and another flow's request is dispatched at once instead of waiting for one
+ * of the flood's requests to end.
  * Outcomes and statuses as llm-d-router's admission translates them (`requestcontrol/admission.go`):
  * capacity → 429 rejected-saturated (503 rejected-no-endpoints with an empty pool), TTL → 503
  * rejected-ttl-expired, client gone → rejected-context-cancelled.
@@ -194,9 +196,10 @@ export class FlowController {
   /**
    * Dispatches at most one request: bands high → low; the first non-empty band whose ceiling is
    * above `saturation` gives one; a non-empty band at or over its ceiling stops the cycle (llm-d's
-   * deliberate head-of-line blocking). With a band holdback h, at saturation ≥ ceiling − h only its
-   * flows below their share of the band's in flight (in flight ÷ active flows) may go; if none is
-   * queued the cycle stops there too. Null when nothing may go.
+   * deliberate head-of-line blocking). With a band holdback h and more than one flow known to the
+   * band, at saturation ≥ ceiling − h only its flows below their share of the band's in flight
+   * (in flight ÷ active flows) may go; if none is queued the cycle stops there too. Null when
+   * nothing may go.
    */
   dispatch(now: number, saturation: number): Left | null {
     const order = this.#bandOrder;
@@ -209,7 +212,8 @@ export class FlowController {
       if (band.count === 0) continue;
       if (saturation >= cs[i]) return null;
       const h = band.s.fairness.kind === "vtc" ? (band.s.fairness.holdback ?? 0) : 0;
-      const held = h > 0 && saturation >= cs[i] - h;
+      // Only a band that knows another flow (seen within flowGcAfter) has someone to hold it for.
+      const held = h > 0 && band.flows.size > 1 && saturation >= cs[i] - h;
       const flow = pickFlow(band, held ? underShare(band) : null);
       if (flow === null) return null;
       const item = flow.items[0];
