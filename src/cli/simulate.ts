@@ -11,6 +11,7 @@ import {
   formatComparison,
   formatLimits,
   formatRouter,
+  formatRunLimits,
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
@@ -69,6 +70,8 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
+  const own = formatRunLimits(res);
+  if (own) console.log(own);
   console.error(
     `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
   );

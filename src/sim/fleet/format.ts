@@ -4,6 +4,7 @@
  */
 import { table } from "../../bench/format.ts";
 import type { Limits, RegimeLimit } from "./limits.ts";
+import type { StorageSummary } from "./shared-storage.ts";
 import type { RouterOutcome, SimResults, SimRun } from "./simulate.ts";
 
 const fix = (v: number | null | undefined, d = 2) =>
@@ -55,6 +56,12 @@ export function formatRouter(o: RouterOutcome): string {
       ],
     ),
   ];
+  const st = (r.simulation as { shared_storage?: StorageSummary }).shared_storage;
+  if (st !== undefined)
+    lines.push(
+      `shared storage: ${int(st.written_chunks)} chunks written, ${int(st.read_chunks)} read, ${int(st.evicted_chunks)} dropped ` +
+        `(${int(st.chunks)} of ${int(st.capacity_chunks)} held); prompt tokens loaded from storage ${int(st.storage_hit_tokens)}, from CPU ${int(st.cpu_hit_tokens)}`,
+    );
   if (r.stages.length > 0) {
     lines.push(
       "",
@@ -282,6 +289,27 @@ export function formatLimits(l: Limits): string {
     ...(l.offload !== undefined ? [formatOffloadLimit(l.offload)] : []),
     ...tierLines(l),
   ].join("\n");
+}
+
+/**
+ * The tier bounds of the runs whose own fleet differs from the scenario's (their "of ceiling" is read
+ * against them); "" when every run uses the scenario's fleet.
+ */
+export function formatRunLimits(res: SimResults): string {
+  const same = JSON.stringify(res.limits);
+  const out: string[] = [];
+  for (const r of res.runs) {
+    if (r.limits === undefined || r.limits === res.limits || JSON.stringify(r.limits) === same) continue;
+    const l = r.limits;
+    const repeat = l.regimes.repeat;
+    out.push(
+      `run ${r.router}'s fleet: ceiling ${int(Math.max(...Object.values(l.regimes).map((g) => g.output_tokens_per_s)))} out tok/s` +
+        ` (all repeats: ${int(repeat.output_tokens_per_s)}${repeat.via_tiers !== undefined ? ", from the tiers" : repeat.resident_fits ? "" : ", resident set does not fit"})`,
+      ...(l.offload !== undefined ? [`  ${formatOffloadLimit(l.offload)}`] : []),
+      ...tierLines(l).map((x) => `  ${x}`),
+    );
+  }
+  return out.join("\n");
 }
 
 /** The shared storage's bound and each regime reached from the tiers (limits-tiers.ts). */

@@ -9,8 +9,8 @@
  *   HBM alone, but a tiered fleet can keep that set in its tiers and load each hit back. The regime is
  *   then computed a second way: the resident set in the CPU tiers (per replica) and then the storage
  *   (shared: its capacity split over the replicas), only what fits neither left in HBM, so HBM serves
- *   the live requests; and every hit comes over a link, the share beyond the CPU tiers from storage
- *   (uniform reuse over the resident set), both links reading at once. Its ceiling is the smaller of
+ *   the live requests; hits spread evenly over the resident set (uniform reuse), so each part's share
+ *   of the hits comes over its link (none for the part left in HBM), both links reading at once. Its ceiling is the smaller of
  *   that regime's compute bounds and the links' bound. The regime reports whichever of the two
  *   placements serves more; mixes of the two (some of the resident set in HBM) are not searched.
  */
@@ -36,7 +36,7 @@ export interface LinkLimit {
 export interface ViaTiers {
   /** The resident set's tokens per replica left in HBM (what fits neither tier). */
   resident_in_hbm_per_replica: number;
-  /** Share of the hits read from storage (the rest from the CPU tiers). */
+  /** Share of the hits read from storage (the rest from the CPU tiers and what is left in HBM). */
   storage_share: number;
   /** Requests/s the links carry at that split. */
   link_requests_per_s: number;
@@ -106,9 +106,10 @@ export function viaTiers(
   const inStorage = Math.min(residentPerReplica - inCpu, t.storageTokens / replicas);
   const inHbm = residentPerReplica - inCpu - inStorage;
   const share = inStorage / residentPerReplica;
+  const cpuShare = inCpu / residentPerReplica;
   const perReq = hitTokens * t.kvBytesPerToken;
-  // Both links read at once: requests/s is capped by whichever fills first.
-  const cpuReqs = share < 1 ? (replicas * t.cpuBandwidth) / (perReq * (1 - share)) : Number.POSITIVE_INFINITY;
+  // Hits on the part left in HBM cost no link; both links read at once: whichever fills first caps.
+  const cpuReqs = cpuShare > 0 ? (replicas * t.cpuBandwidth) / (perReq * cpuShare) : Number.POSITIVE_INFINITY;
   const stReqs = share > 0 ? t.storageBandwidth / (perReq * share) : Number.POSITIVE_INFINITY;
   const linkReqs = Math.min(cpuReqs, stReqs);
   const c = computeWith(inHbm);
