@@ -122,13 +122,19 @@ workload:
     assert.ok(c(tiers) > c(gpu), `cached tokens with CPU events ${c(tiers)} vs GPU events only ${c(gpu)}`);
   });
 
-  it("ships scenarios that parse: tiered-13x compares GPU-only with +CPU, tiered-shared-prefix four routers on +CPU", () => {
+  it("ships scenarios that parse: tiered-13x compares GPU-only, +CPU and +storage, tiered-shared-prefix four routers on +CPU", () => {
     const x = loadScenario("scenarios/tiered-13x.yaml");
     assert.deepEqual(
-      x.routers.map((r) => [r.name, r.pools[0].kvOffload !== undefined]),
+      x.routers.map((r) => [
+        r.name,
+        r.pools[0].kvOffload !== undefined,
+        r.pools[0].sharedStorage !== undefined,
+      ]),
       [
-        ["gpu-only", false],
-        ["cpu", true],
+        ["gpu-only", false, false],
+        ["cpu", true, false],
+        ["cpu-200", true, false],
+        ["storage", true, true],
       ],
     );
     const s = loadScenario("scenarios/tiered-shared-prefix.yaml");
