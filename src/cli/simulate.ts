@@ -12,6 +12,7 @@ import {
   formatComparison,
   formatLimits,
   formatRouter,
+  formatRunLimits,
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
@@ -71,6 +72,8 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
+  const own = formatRunLimits(res);
+  if (own) console.log(own);
   console.error(
     `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
   );

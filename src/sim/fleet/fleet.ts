@@ -45,6 +45,7 @@ import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
+import { fleetStorage, type StorageSummary, storageSummary } from "./shared-storage.ts";
 import { oneTokenChunks } from "./step-timeline.ts";
 
 export interface FleetObserver {
@@ -115,6 +116,8 @@ export interface FleetRunResult {
   endTime: number;
   /** P/D figures, when the fleet has a prefill pool. */
   pd?: PdSummary;
+  /** The shared-storage tier's figures, when the fleet has one. */
+  storage?: StorageSummary;
 }
 
 const PENDING = 0;
@@ -153,10 +156,11 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const tok = o.tokenizer ?? new PromptTokenizer();
   // The tokenizer hands out one shared, never-modified array per distinct prompt: hash each once.
   const memo = new PromptHashMemo();
+  const storage = fleetStorage(o.fleet);
   const replicas: Replica[] = [];
   for (const pool of o.pools ?? [o.fleet])
     for (let k = 0; k < pool.replicas; k++)
-      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo));
+      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo, storage));
   const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
@@ -528,6 +532,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters,
     endTime: now,
     ...(pd !== null ? { pd: pd.summary() } : {}),
+    ...(storage !== undefined ? { storage: storageSummary(storage, replicas) } : {}),
   };
 }
 

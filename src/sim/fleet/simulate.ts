@@ -270,8 +270,10 @@ export async function runRouter(
       pools: poolSummary(r.pools),
       gpus: gpuCount(r.pools),
       ...(res.pd !== undefined ? { pd: res.pd, kv_link: r.kvLink } : {}),
+      ...(res.storage !== undefined ? { shared_storage: res.storage } : {}),
     },
-    limits: limits as Limits,
+    // A run with its own fleet is read against that fleet's limits (its tiers, its replicas).
+    limits: r.pools === sc.pools ? (limits as Limits) : computeLimits(workload, r.pools[0], tokenizer),
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
 }
