@@ -69,6 +69,11 @@ export interface RequestFacts {
   sessionId?: string;
   /** Real token ids when a tokenizer is configured; replaces the 4-byte pseudo-tokens. */
   tokenIds?: number[];
+  /**
+   * Where the request entered (locality label → value), for locality-filter; set only by trusted
+   * callers (the fleet simulator's regional gateways), never from headers. Default: the filter's origin.
+   */
+  locality?: Record<string, string>;
 }
 
 const NO_PROMPT: PromptInput = { kind: "completion", prompt: "" };
