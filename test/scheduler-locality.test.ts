@@ -41,24 +41,36 @@ describe("locality-filter", () => {
     ]);
   });
 
-  it("spills to the same region's other zone before another region, and to all when everything is saturated", () => {
+  it("spills to the same region's other zone before another region; saturated local endpoints step aside", () => {
     const f = new LocalityFilter("f", { origin: EAST });
-    // a's queue 5 = saturation 1.0 → b (same region) joins; a+b average 0.5 < 1 → west stays out.
+    // a's queue 5 = saturation 1.0 → b (same region) joins, a (saturated) steps aside; a+b average
+    // 0.5 < 1 → west stays out.
     assert.deepEqual(
       run(f, [
         at("a:1", "us-east", "us-east-1a", 5),
         at("b:1", "us-east", "us-east-1b"),
         at("c:1", "us-west", "w"),
       ]),
-      ["a:1", "b:1"],
+      ["b:1"],
     );
     assert.equal(f.spilling(EAST), 1);
+    // a has headroom again but the zone has not recovered (0.9 ≥ 0.8): a is a candidate beside b.
+    assert.deepEqual(
+      run(f, [
+        at("a:1", "us-east", "us-east-1a", 4.5),
+        at("b:1", "us-east", "us-east-1b"),
+        at("c:1", "us-west", "w"),
+      ]),
+      ["a:1", "b:1"],
+    );
+    // The whole region saturated: west joins, and the region's saturated endpoints step aside.
     const all = [
       at("a:1", "us-east", "us-east-1a", 9),
-      at("b:1", "us-east", "us-east-1b", 9),
+      at("b:1", "us-east", "us-east-1b", 3),
       at("c:1", "us-west", "w"),
     ];
-    assert.deepEqual(run(f, all), ["a:1", "b:1", "c:1"]);
+    assert.deepEqual(run(f, all), ["b:1", "c:1"]);
+    assert.equal(f.spilling(EAST), 2);
   });
 
   it("orders other regions by rttMs and spills to the nearest first", () => {
@@ -68,15 +80,15 @@ describe("locality-filter", () => {
       rttMs: { "us-east/eu-west": 80, "us-central/us-east": 30 },
     });
     const eps = [at("e:1", "us-east", "z", 9), at("w:1", "eu-west", "z"), at("c:1", "us-central", "z")];
-    assert.deepEqual(run(f, eps), ["c:1", "e:1"]);
+    assert.deepEqual(run(f, eps), ["c:1"]);
   });
 
   it("keeps spilling until saturation falls below recoverThreshold (no flapping at the threshold)", () => {
     const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
     const fleet = (q: number) => [at("e:1", "us-east", "z", q), at("w:1", "us-west", "z")];
     assert.deepEqual(run(f, fleet(4)), ["e:1"]); // 0.8 < 1.0
-    assert.deepEqual(run(f, fleet(5)), ["e:1", "w:1"]); // 1.0: spill
-    // Back to 0.8 and 0.9: still ≥ recoverThreshold 0.8, so still spilling (without hysteresis: local).
+    assert.deepEqual(run(f, fleet(5)), ["w:1"]); // 1.0: spill, and the saturated e steps aside
+    // Back to 0.9 and 0.8: still ≥ recoverThreshold 0.8, so still spilling (without hysteresis: local).
     assert.deepEqual(run(f, fleet(4.5)), ["e:1", "w:1"]);
     assert.deepEqual(run(f, fleet(4)), ["e:1", "w:1"]);
     assert.deepEqual(run(f, fleet(3.5)), ["e:1"]); // 0.7 < 0.8: recovered
@@ -94,7 +106,7 @@ describe("locality-filter", () => {
     assert.deepEqual(run(f, [at("w:1", "us-west", "z"), at("x:1", "eu", "z")]), ["x:1"]);
   });
 
-  it("never returns an empty set and always returns a subset containing a whole nearest group (property)", () => {
+  it("never returns an empty set; keeps an unsaturated origin local; drops only saturated local endpoints (property)", () => {
     const regions = ["r0", "r1", "r2"];
     fc.assert(
       fc.property(
@@ -108,14 +120,17 @@ describe("locality-filter", () => {
           const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: origin }, labels: [REGION_LABEL] });
           const out = run(f, eps);
           assert.ok(out.length > 0);
-          const local = eps.filter((e) => e.labels[REGION_LABEL] === origin).map((e) => e.id);
-          if (local.length > 0)
-            for (const id of local) assert.ok(out.includes(id), "the local group is always kept");
-          const localSat =
-            local.length === 0
-              ? 1
-              : specs.filter((s) => s.region === origin).reduce((x, s) => x + s.q / 5, 0) / local.length;
-          if (local.length > 0 && localSat < 1) assert.deepEqual(out, [...local].sort());
+          const local = specs.flatMap((s, i) =>
+            s.region === origin ? [{ id: `e${i}:1`, sat: s.q / 5 }] : [],
+          );
+          // Nothing to spill to (every endpoint local) or no local endpoint: the nearest group serves whole.
+          if (local.length === 0 || local.length === eps.length) return;
+          const mean = local.reduce((x, l) => x + l.sat, 0) / local.length;
+          if (mean < 1)
+            assert.deepEqual(out, local.map((l) => l.id).sort(), "an unsaturated origin stays local");
+          else
+            for (const l of local)
+              assert.equal(out.includes(l.id), l.sat < 1, `${l.id} at saturation ${l.sat}`);
         },
       ),
       { seed: 17, numRuns: 300 },

@@ -42,6 +42,8 @@ export interface RequestSpec {
   turn?: number;
   /** Index into Workload.stages. */
   stage?: number;
+  /** The region the request enters at (the fleet simulator's locality section). */
+  origin?: string;
 }
 
 /** One load stage (a step of a QPS sweep). Times in workload seconds. */

@@ -41,6 +41,7 @@ import type { EndpointMetrics, EndpointState, RequestFacts } from "../../schedul
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
 import type { PdSummary } from "./format-pd.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { type LocalityConfig, oneWayDelay } from "./locality.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
@@ -85,6 +86,8 @@ export interface FleetRunOptions {
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
+  /** Regions (locality.ts): requests with an origin pay the one-way delay to and from their replica. */
+  locality?: LocalityConfig;
 }
 
 export interface FleetCounters {
@@ -246,6 +249,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       priority: 0,
       ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
       ...(withTokenIds ? { tokenIds: ids } : {}),
+      ...(spec.origin !== undefined && o.locality ? { locality: { [o.locality.label]: spec.origin } } : {}),
     };
     const adm = admission.admit(f, candidates, now);
     if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
@@ -261,7 +265,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
-    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
+    records[i].endpoint = rep.state.id;
+    const hop = o.locality ? oneWayDelay(o.locality, spec.origin, rep.state.labels) : 0;
+    if (hop > 0) records[i].networkDelay = hop;
+    q.push(now + o.gatewayDelay + hop, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
   };
 
   const deliver = (e: SimEvent) => {

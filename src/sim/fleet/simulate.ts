@@ -17,8 +17,9 @@ import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-pref
 import { createScheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
 import { computeLimits, type Limits } from "./limits.ts";
+import { type LocalityConfig, type OriginRow, originRows, originWorkload } from "./locality.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
-import type { FleetConfig } from "./replica.ts";
+import { type FleetConfig, replicaId } from "./replica.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 import { threadCpuSeconds } from "./thread-cpu.ts";
 
@@ -47,6 +48,8 @@ export type SimRun = RunResult & {
    * CPU when the fleet offloads), where prefix_cache_hit_rate is vllm:prefix_cache_hits (GPU only).
    */
   cached_token_rate: number | null;
+  /** Per region of origin, when the scenario has a locality section. */
+  locality?: OriginRow[];
 };
 
 export interface RouterOutcome {
@@ -79,6 +82,7 @@ export function scenarioWorkload(
   quick = false,
 ): { spec: Scenario["workload"]; workload: Workload } {
   let spec = sc.workload;
+  if (sc.locality !== undefined) return { spec, workload: regionalWorkload(sc, sc.locality, quick) };
   let workload = generateWorkload(spec, { traceText: sc.traceText });
   if (quick) {
     const n = workload.requests.length;
@@ -88,6 +92,17 @@ export function scenarioWorkload(
     workload = generateWorkload(spec, { traceText: sc.traceText });
   }
   return { spec, workload };
+}
+
+/** A regions scenario's merged workload; `quick` keeps a tenth of each region's requests (at least 20). */
+function regionalWorkload(sc: Scenario, loc: LocalityConfig, quick: boolean): Workload {
+  const full = originWorkload(sc.workload, loc, sc.traceText);
+  if (!quick) return full;
+  const origins = loc.origins.map((o) => {
+    const n = full.requests.filter((r) => r.origin === o.region).length;
+    return { ...o, numRequests: Math.min(n, Math.max(20, Math.ceil(n / 10))) };
+  });
+  return originWorkload(sc.workload, { ...loc, origins }, sc.traceText);
 }
 
 export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
@@ -108,7 +123,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
     spec = built.spec;
     const { workload } = built;
     const tokenizer = new PromptTokenizer();
-    limits = computeLimits(workload, sc.fleet, tokenizer);
+    limits = computeLimits(workload, limitsFleet(sc), tokenizer);
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
       const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
@@ -209,6 +224,7 @@ export async function runRouter(
     routerTokenizer: sc.routerTokenizer,
     kvEventsDelay: sc.kvEventsDelay,
     tokenizer,
+    ...(sc.locality !== undefined ? { locality: sc.locality } : {}),
   });
   const base = buildRun(
     spec,
@@ -233,8 +249,12 @@ export async function runRouter(
       cachedAll += rec.cachedTokens;
       promptAll += rec.promptTokens;
     }
+  const regions = sc.locality === undefined ? undefined : regionsById(r.pools, sc.locality.label);
   const run: SimRun = {
     ...base,
+    ...(regions !== undefined
+      ? { locality: originRows(res.records, workload.requests, (id) => regions.get(id), sc.slo) }
+      : {}),
     router_config: { source: r.source, effective: printConfig(created.config) },
     cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
@@ -262,6 +282,27 @@ export async function runRouter(
     limits: limits as Limits,
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
+}
+
+/**
+ * The fleet the limits describe: the first pool, or — when the pools differ only in labels (one
+ * pool per region, say) — all of them as one.
+ */
+export function limitsFleet(sc: Scenario): FleetConfig {
+  const [first, ...rest] = sc.pools;
+  const same = (p: FleetConfig) =>
+    JSON.stringify({ ...p, replicas: 0, labels: {}, profile: p.profile.name }) ===
+    JSON.stringify({ ...first, replicas: 0, labels: {}, profile: first.profile.name });
+  if (rest.length === 0 || first.labels[ROLE_LABEL] !== undefined || !rest.every(same)) return first;
+  return { ...first, replicas: sc.pools.reduce((n, p) => n + p.replicas, 0) };
+}
+
+/** Replica id → its `label` value, in runFleet's numbering (pool by pool). */
+function regionsById(pools: readonly FleetConfig[], label: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let i = 0;
+  for (const p of pools) for (let k = 0; k < p.replicas; k++) out.set(replicaId(i++), p.labels[label]);
+  return out;
 }
 
 /** The pools of a run's fleet, as the results file records them. */

@@ -11,10 +11,13 @@
  *
  * Spilling: the nearest group is kept alone unless its saturation — the utilization detector's
  * measure, average over the group of max(queue / queueDepthThreshold, KV use / kvCacheUtilThreshold)
- * — has reached `spillThreshold`; then the next group joins, and so on. Hysteresis: once a group
- * spilled it keeps spilling until its saturation falls below `recoverThreshold`, so a pool near the
- * threshold does not flap between local and remote (each flap shreds prefix locality). With
- * `spill: false` the filter is "local only": the nearest group that has any endpoint, always.
+ * — has reached `spillThreshold`; then the next group joins, and so on. While a group spills, its
+ * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
+ * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
+ * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
+ * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
+ * local and remote (each flap shreds prefix locality). With `spill: false` the filter is "local
+ * only": the nearest group that has any endpoint, always.
  */
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
@@ -90,9 +93,20 @@ export class LocalityFilter implements Filter {
       joined++;
       kept = kept.concat(groups[joined]);
     }
-    if (joined === 0) this.#spilling.delete(key);
-    else this.#spilling.set(key, joined);
-    return joined === groups.length - 1 ? endpoints : kept;
+    if (joined === 0) {
+      this.#spilling.delete(key);
+      return kept;
+    }
+    this.#spilling.set(key, joined);
+    // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
+    // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
+    // endpoints with headroom stay candidates beside the group that joined.
+    const out: EndpointState[] = [];
+    for (let g = 0; g < joined; g++)
+      for (const e of groups[g])
+        if (this.#measure.endpointSaturation(e, cycle.now) < this.params.spillThreshold) out.push(e);
+    for (const e of groups[joined]) out.push(e);
+    return out;
   }
 
   /** How many groups `origin`'s traffic currently spills into beyond its own (for /explain, tests). */
