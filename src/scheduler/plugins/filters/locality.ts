@@ -84,8 +84,8 @@ export class LocalityFilter implements Filter {
     if (!this.params.spill) return groups[0];
     const was = this.#spilling.get(key) ?? 0;
     // Group k joins while groups 0..k-1 together are saturated (or were, and have not recovered).
-    let kept = groups[0].slice();
     let joined = 0;
+    let kept: readonly EndpointState[] = groups[0];
     while (joined < groups.length - 1) {
       const sat = this.#measure.saturation(kept, cycle.now);
       const threshold = joined < was ? this.params.recoverThreshold : this.params.spillThreshold;
@@ -95,7 +95,9 @@ export class LocalityFilter implements Filter {
     }
     if (joined === 0) {
       this.#spilling.delete(key);
-      return kept;
+      // The cached group itself: while the pool is unchanged later plugins see the same array
+      // object and keep their per-list caches (CycleState.positions).
+      return groups[0];
     }
     this.#spilling.set(key, joined);
     // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
@@ -119,14 +121,17 @@ export class LocalityFilter implements Filter {
     origin: Record<string, string>,
     endpoints: readonly EndpointState[],
   ): EndpointState[][] {
+    // Callers may pass a fresh array per request: compare the elements (and their labels objects,
+    // which the datastore replaces when labels change), so an unchanged pool is never regrouped.
     const last = this.#last;
-    if (last !== null && last.endpoints === endpoints && last.key === key) {
+    const n = endpoints.length;
+    if (last !== null && last.key === key && last.endpoints.length === n) {
       let i = 0;
-      while (i < endpoints.length && endpoints[i].labels === last.labels[i]) i++;
-      if (i === endpoints.length) return last.groups;
+      while (i < n && endpoints[i] === last.endpoints[i] && endpoints[i].labels === last.labels[i]) i++;
+      if (i === n) return last.groups;
     }
     const groups = this.groups(origin, endpoints);
-    this.#last = { endpoints, labels: endpoints.map((e) => e.labels), key, groups };
+    this.#last = { endpoints: endpoints.slice(), labels: endpoints.map((e) => e.labels), key, groups };
     return groups;
   }
 
