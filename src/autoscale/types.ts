@@ -98,7 +98,7 @@ export function lastWindow<T extends { now: number }>(
   seconds: number,
 ): T[] {
   const out: T[] = [];
-  for (let i = history.length - 1; i >= 0 && history[i].now > now - seconds - 1e-9; i--) out.push(history[i]);
+  for (let i = history.length - 1; i >= 0 && history[i].now > now - seconds + 1e-9; i--) out.push(history[i]);
   return out.reverse();
 }
 
