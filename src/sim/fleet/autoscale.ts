@@ -145,6 +145,7 @@ export class AutoscaleController implements FleetMembership, FleetObserver {
   }
 
   wake(now: number, ctl: FleetControl): number | undefined {
+    if (this.sizes.length === 0) this.#recordSizes(now);
     // Replicas whose model finished loading join the candidates.
     const due = this.#starting.filter((s) => s.readyAt <= now);
     if (due.length > 0) {
