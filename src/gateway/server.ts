@@ -207,12 +207,14 @@ async function proxyRequest(
       ).out;
     } else out = await forward(fwd);
   } finally {
-    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds());
+    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds(), {
+      outputTokens: usageSeen.outputTokens(),
+    });
     m.requestRunning.dec(labels);
-    usageSeen();
+    usageSeen.report();
     gw.autoscale?.finished({
       promptTokens,
-      outputTokens: null,
+      outputTokens: usageSeen.outputTokens() ?? null,
       ttft: firstByteAt ? (firstByteAt - t0) / 1000 : null,
       e2e: (performance.now() - t0) / 1000,
     });

@@ -47,6 +47,8 @@ export type EventKind =
   | "kv-done"
   /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
   | "offload-done"
+  /** Flow control (flow.ts): the queue's TTL sweep, then a dispatch attempt. */
+  | "flow-sweep"
   /** Autoscaling (autoscale.ts): replicas join, drain or leave. */
   | "membership";
 
