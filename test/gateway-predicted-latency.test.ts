@@ -10,15 +10,16 @@ import { test } from "node:test";
 import { startGateway } from "../src/gateway/gateway.ts";
 import { type FakeServer, modelList, startFake, vllmMetrics, waitFor } from "./helpers/gateway-fakes.ts";
 
-const CONFIG = readFileSync(new URL("../config/examples/predicted-latency.yaml", import.meta.url), "utf8").replace(
-  "    streamingMode: true\n",
-  "    streamingMode: true\n    minSamples: 5\n",
-);
+const CONFIG = readFileSync(
+  new URL("../config/examples/predicted-latency.yaml", import.meta.url),
+  "utf8",
+).replace("    streamingMode: true\n", "    streamingMode: true\n    minSamples: 5\n");
 
 /** A replica streaming 4 chunks 5 ms apart, then usage (4 completion tokens) and [DONE]. */
 function replica(): Promise<FakeServer> {
   return startFake({
-    "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics({ waiting: 0, running: 2, kv: 0.25 })),
+    "GET /metrics": (_q, res) =>
+      void res.writeHead(200).end(vllmMetrics({ waiting: 0, running: 2, kv: 0.25 })),
     "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList("m")),
     "POST /v1/completions": async (_q, res) => {
       res.writeHead(200, { "content-type": "text/event-stream" });
@@ -26,7 +27,9 @@ function replica(): Promise<FakeServer> {
         res.write(`data: {"choices":[{"index":0,"text":"t${i}"}]}\n\n`);
         await new Promise((r) => setTimeout(r, 5));
       }
-      res.write('data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n');
+      res.write(
+        'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n',
+      );
       res.end("data: [DONE]\n\n");
     },
   });
@@ -86,7 +89,10 @@ test("predicted latency through kvgate serve: learning, /explain fallback, SLO h
     assert.equal(r.status, 500);
     assert.equal(r.headers.get("x-llm-d-request-dropped-reason"), null);
     const err = (await r.json()) as { error: { message: string; type: string } };
-    assert.match(err.error.message, /^request cannot be admitted: no valid endpoint available to serve the request/);
+    assert.match(
+      err.error.message,
+      /^request cannot be admitted: no valid endpoint available to serve the request/,
+    );
     assert.equal(err.error.type, "InternalServerError");
     // The same request at priority 0 is served.
     const ok = await fetch(`${gw.url}/v1/completions`, {
