@@ -106,7 +106,7 @@ describe("LatencyPredictor", () => {
 
   for (const mode of ["relative", "linear"] as const) {
     it(`learns a known TTFT and TPOT relation online (${mode}): held-out MAPE under 10% with 5% noise`, () => {
-      const p = new LatencyPredictor({ minSamples: 100, mode });
+      const p = new LatencyPredictor({ minSamples: 100, mode, tpotMode: mode });
       const rng = createRng(42);
       const noise = () => 1 + (rng.next() - 0.5) * 0.1; // ±5%
       for (let i = 0; i < 3000; i++) {

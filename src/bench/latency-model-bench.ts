@@ -5,22 +5,27 @@
  * in time order. Per workload and target, a fresh model per learner variant trains online on the
  * first 70% and is measured on the held-out 30% (MAPE, p50/p90 absolute percentage error, p90
  * absolute error in ms), beside a predict-the-mean baseline; also the prequential error (predict,
- * then learn) the router saw live. Then the cost of one prediction (CPU ns, a timing: here, never in
- * a test). Times are simulated. Writes JSON (default results/bench-latency-model.json).
+ * then learn) the router saw live. Then the cost of one prediction (CPU ns), and of a whole decision
+ * with the trained predicted-latency config beside config/examples/default.yaml at 8 / 64 / 256
+ * endpoints (timings: here, never in a test). Times are simulated. Writes JSON (default
+ * results/bench-latency-model.json).
  *
  *   npm run bench:latency-model -- [--workloads mixed-length,multi-turn] [--train 0.7] [--quick] [--json FILE]
  */
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { admissionFromConfig } from "../flow/admission.ts";
+import type { EffectiveConfig } from "../scheduler/defaults.ts";
 import type { LatencyFeatures } from "../scheduler/latency/predictor.ts";
 import { LatencyPredictor } from "../scheduler/latency/predictor.ts";
 import type { LatencyObservation } from "../scheduler/plugins/latency/producer.ts";
 import { PredictedLatencyProducer } from "../scheduler/plugins/latency/producer.ts";
+import type { Scheduler } from "../scheduler/scheduler.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
+import { chat, endpoint } from "../scheduler/testing.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { parseScenario } from "../sim/fleet/scenario.ts";
@@ -33,7 +38,7 @@ const LEARNERS: Learner[] = ["relative", "linear", "log", "split", "mean"];
 
 const { values: args } = parseArgs({
   options: {
-    workloads: { type: "string", default: "mixed-length,multi-turn" },
+    workloads: { type: "string", default: "mixed-length,multi-turn,long-prompt" },
     train: { type: "string", default: "0.7" },
     quick: { type: "boolean", default: false },
     json: { type: "string", default: "results/bench-latency-model.json" },
@@ -59,6 +64,23 @@ arrival:
     - { rate: 25, duration: 40 }
     - { rate: 40, duration: 40 }
     - { rate: 55, duration: 40 }`,
+  "long-prompt": `
+workload: mixed-length
+options:
+  shortLen: { mean: 3000, std: 1500, min: 200, max: 8000 }
+  longLen: { mean: 12000, std: 2000, min: 8000, max: 16000 }
+  longFraction: 0.05
+  outputLen: { mean: 150, std: 50, min: 16, max: 300 }
+  documentPool: 200
+  api: chat
+arrival:
+  type: stages
+  process: poisson
+  stages:
+    - { rate: 8, duration: 30 }
+    - { rate: 16, duration: 40 }
+    - { rate: 24, duration: 40 }
+    - { rate: 32, duration: 40 }`,
   "multi-turn": `
 workload: multi-turn
 options:
@@ -106,7 +128,18 @@ async function collect(workload: string, quick: boolean) {
   const { workload: w } = scenarioWorkload(sc, quick);
   const r = sc.routers[0];
   const created = await createScheduler(r.configText, { seed: sc.seed });
-  const producer = [...created.scheduler.plugins.values()].find(
+  return { ...runObserved(sc, w, created.scheduler, created.config), scheduler: created.scheduler };
+}
+
+/** Runs the fleet and collects every observation the scheduler's latency producer trains on. */
+function runObserved(
+  sc: ReturnType<typeof parseScenario>,
+  w: ReturnType<typeof scenarioWorkload>["workload"],
+  scheduler: Scheduler,
+  config: EffectiveConfig,
+) {
+  const r = sc.routers[0];
+  const producer = [...scheduler.plugins.values()].find(
     (p): p is PredictedLatencyProducer => p instanceof PredictedLatencyProducer,
   );
   if (producer === undefined) throw new Error("the config has no predicted-latency-producer");
@@ -118,8 +151,8 @@ async function collect(workload: string, quick: boolean) {
     pools: r.pools,
     kvLink: r.kvLink,
     workload: w,
-    scheduler: created.scheduler,
-    admission: admissionFromConfig(created.config).admission,
+    scheduler,
+    admission: admissionFromConfig(config).admission,
     seed: sc.seed,
     scrapeInterval: sc.scrapeInterval,
     gatewayDelay: sc.gatewayDelay,
@@ -136,6 +169,40 @@ async function collect(workload: string, quick: boolean) {
     runCpuSeconds: (cpu.user + cpu.system) / 1e6,
     stats: producer.stats(),
   };
+}
+
+/**
+ * CPU µs per decision (schedule + onPicked + response hooks), median of 5 runs of 2,000, for a
+ * scheduler over `n` idle endpoints with metrics and an 8k-character chat prompt per request.
+ */
+function decisionCost(s: Scheduler, n: number, seed: number): number {
+  const eps = Array.from({ length: n }, (_, i) =>
+    endpoint(`10.0.${i >> 8}.${i & 255}:8000`, {
+      kvCacheUsagePercent: (i % 10) / 20,
+      runningRequestsSize: i % 7,
+    }),
+  );
+  const sys = "You are a careful assistant. ".repeat(280);
+  const runs: number[] = [];
+  let now = 1000 + seed;
+  for (let r = 0; r < 5; r++) {
+    const k = 2000;
+    const t = process.cpuUsage();
+    for (let i = 0; i < k; i++) {
+      const req = chat(`d${seed}-${r}-${i}`, sys, `question ${i % 50}`);
+      const res = s.schedule(req, eps, now);
+      if (res.target !== null) {
+        s.onPicked(req, res, now);
+        s.onResponseStarted(req, res.target.id, now + 0.05);
+        s.onResponseComplete(req, res.target.id, now + 0.5, { outputTokens: 50 });
+      }
+      now += 0.001;
+    }
+    const c = process.cpuUsage(t);
+    runs.push((c.user + c.system) / k);
+  }
+  runs.sort((a, b) => a - b);
+  return Math.round(runs[2] * 10) / 10;
 }
 
 /** CPU nanoseconds per prediction (TTFT and TPOT of one endpoint), median of 5 runs. */
@@ -168,11 +235,13 @@ const out: Record<string, unknown> = {
 };
 const rows: string[][] = [];
 let allObs: LatencyObservation[] = [];
+let trained: Scheduler | null = null;
 for (const name of args.workloads.split(",")) {
   if (WORKLOADS[name] === undefined)
     throw new Error(`unknown workload "${name}"; known: ${Object.keys(WORKLOADS).join(", ")}`);
   const c = await collect(name, args.quick);
   allObs = allObs.concat(c.obs);
+  trained ??= c.scheduler;
   const targets: Record<string, unknown> = {};
   for (const kind of ["ttft", "tpot"] as const) {
     const per: Record<string, unknown> = {};
@@ -205,6 +274,15 @@ for (const name of args.workloads.split(",")) {
   };
 }
 out.predictionCpuNs = predictionCost(allObs);
+const dflt = (
+  await createScheduler(readFileSync(resolve(ROOT, "config/examples/default.yaml"), "utf8"), { seed: 1 })
+).scheduler;
+const decision: Record<string, { predictedLatencyUs: number; defaultUs: number }> = {};
+for (const n of [8, 64, 256]) {
+  if (trained === null) break;
+  decision[n] = { predictedLatencyUs: decisionCost(trained, n, n), defaultUs: decisionCost(dflt, n, n) };
+}
+out.decisionCpuUs = decision;
 console.log(
   table(
     [
@@ -225,6 +303,10 @@ console.log(
 console.log(
   `one prediction (TTFT + TPOT, one endpoint): ${out.predictionCpuNs} CPU ns; load average ${(out.host as { loadavg: number[] }).loadavg.join(" ")}`,
 );
+for (const [n, d] of Object.entries(decision))
+  console.log(
+    `decision at ${n} endpoints (CPU µs, median): predicted-latency ${d.predictedLatencyUs}, default ${d.defaultUs}`,
+  );
 const file = resolve(process.cwd(), args.json);
 mkdirSync(dirname(file), { recursive: true });
 writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);

@@ -113,7 +113,7 @@ function makeModel(learner: Learner, minSamples: number): EvalModel {
       predict: (_f, k) => (acc[k][1] >= minSamples ? acc[k][0] / acc[k][1] : undefined),
     };
   }
-  const m = new LatencyPredictor({ minSamples, mode: learner });
+  const m = new LatencyPredictor({ minSamples, mode: learner, tpotMode: learner });
   return {
     observe: (f, k, ms) => (k === "ttft" ? m.observeTtft(f, ms) : m.observeTpot(f, ms)),
     predict: (f, k) => (k === "ttft" ? m.predict(f).ttftMs : m.predict(f).tpotMs),

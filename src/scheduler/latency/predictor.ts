@@ -8,8 +8,8 @@
  *
  * The learner is recursive least squares on engineered features (the training server's
  * `effective_input_tokens = (1 − prefix_cache_score) · input_token_length`, `is_queued`, and a few
- * products of load and work), one model per pod role, fitted by least squares weighted 1/y² so the
- * error it minimises is relative — what MAPE measures. Chosen by measurement against the
+ * products of load and work), one model per pod role; TTFT fitted by least squares weighted 1/y² so
+ * the error it minimises is relative — what MAPE measures —, TPOT by plain least squares. Chosen by measurement against the
  * alternatives kept here (`mode`: plain least squares, a log-latency fit, and llm-d's queued /
  * not-queued split), with
  * `npm run bench:latency-model`. Below `minSamples` observations a model reports not ready and the
@@ -50,13 +50,18 @@ export interface PredictorOptions {
   minSamples: number;
   /** RLS forgetting factor. */
   lambda: number;
+  /** The TTFT model's fit. */
   mode: ModelMode;
+  /** The TPOT model's fit. */
+  tpotMode: ModelMode;
 }
 
+/** The fits measured best per target by bench:latency-model: relative for TTFT, plain least squares for TPOT. */
 export const DEFAULT_PREDICTOR_OPTIONS: PredictorOptions = {
   minSamples: 100,
   lambda: 0.9995,
   mode: "relative",
+  tpotMode: "linear",
 };
 
 export const TTFT_DIM = 11;
@@ -99,6 +104,7 @@ export function tpotBasis(f: LatencyFeatures, out: Float64Array): Float64Array {
 /** One latency target (TTFT or TPOT) for one pod role. */
 class Target {
   readonly #models: Rls[];
+  readonly mode: ModelMode;
   readonly #x: Float64Array;
   readonly #xs: Float64Array;
   #meanY = 0;
@@ -108,8 +114,10 @@ class Target {
     readonly dim: number,
     readonly basis: (f: LatencyFeatures, out: Float64Array) => Float64Array,
     readonly opts: PredictorOptions,
+    mode: ModelMode,
   ) {
-    const n = opts.mode === "split" ? 2 : 1;
+    this.mode = mode;
+    const n = mode === "split" ? 2 : 1;
     this.#models = Array.from({ length: n }, () => new Rls(dim, opts.lambda));
     this.#x = new Float64Array(dim);
     this.#xs = new Float64Array(dim);
@@ -122,7 +130,7 @@ class Target {
   observe(f: LatencyFeatures, ms: number): void {
     if (!(ms > 0) || !Number.isFinite(ms)) return;
     const x = this.basis(f, this.#x);
-    const mode = this.opts.mode;
+    const mode = this.mode;
     if (mode === "log") this.#model(f).update(x, Math.log(ms));
     else if (mode === "linear") this.#model(f).update(x, ms);
     else {
@@ -148,7 +156,7 @@ class Target {
     // A regime with too few samples of its own borrows the other's fit.
     const use = m.samples < Math.min(this.opts.minSamples, 20) ? this.#models[0] : m;
     const v = use.predict(this.basis(f, this.#x));
-    const ms = this.opts.mode === "log" ? Math.exp(Math.min(v, 30)) : v;
+    const ms = this.mode === "log" ? Math.exp(Math.min(v, 30)) : v;
     return ms > 0 && Number.isFinite(ms) ? ms : 0;
   }
 }
@@ -176,8 +184,8 @@ export class LatencyPredictor {
     let r = this.#roles.get(podType);
     if (r === undefined) {
       r = {
-        ttft: new Target(TTFT_DIM, ttftBasis, this.opts),
-        tpot: new Target(TPOT_DIM, tpotBasis, this.opts),
+        ttft: new Target(TTFT_DIM, ttftBasis, this.opts, this.opts.mode),
+        tpot: new Target(TPOT_DIM, tpotBasis, this.opts, this.opts.tpotMode),
       };
       this.#roles.set(podType, r);
     }
@@ -193,9 +201,16 @@ export class LatencyPredictor {
   }
 
   predict(f: LatencyFeatures): Prediction {
-    const r = this.#roles.get(f.podType);
-    if (r === undefined) return { ttftMs: undefined, tpotMs: undefined };
-    return { ttftMs: r.ttft.predict(f), tpotMs: r.tpot.predict(f) };
+    return { ttftMs: this.predictTtft(f), tpotMs: this.predictTpot(f) };
+  }
+
+  /** TTFT in ms, or undefined while that role's TTFT model is not ready. */
+  predictTtft(f: LatencyFeatures): number | undefined {
+    return this.#roles.get(f.podType)?.ttft.predict(f);
+  }
+
+  predictTpot(f: LatencyFeatures): number | undefined {
+    return this.#roles.get(f.podType)?.tpot.predict(f);
   }
 
   /** Observations per role so far. */

@@ -92,7 +92,9 @@ interface Pending {
 }
 
 interface CycleFeatures {
-  features: Map<string, LatencyFeatures>;
+  candidates: readonly EndpointState[];
+  /** Index-aligned with candidates. */
+  features: LatencyFeatures[];
 }
 
 const UNAVAILABLE_PREFIX = "latency model not ready";
@@ -142,28 +144,40 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
     return l === undefined ? "" : (e.labels[l] ?? "");
   }
 
-  /** The features of the request on `e` now (llm-d's bulkPredictWithMetrics inputs). */
-  featuresOf(cycle: CycleState, e: EndpointState, inputTokens: number): LatencyFeatures {
+  /** The features of the request on every candidate now (llm-d's bulkPredictWithMetrics inputs). */
+  featuresOf(
+    cycle: CycleState,
+    candidates: readonly EndpointState[],
+    inputTokens: number,
+  ): LatencyFeatures[] {
     const load = cycle.get(this.#inflight);
-    const m = e.metrics;
-    return {
-      kvCachePercentage: m?.kvCacheUsagePercent ?? 0,
-      inputTokenLength: inputTokens,
-      numRequestWaiting: m?.waitingQueueSize ?? 0,
-      numRequestRunning: load?.requests(e.id) ?? 0,
-      numTokensGenerated: 1,
-      prefixCacheScore: matchRatio(cycle.get(this.#prefix), e.id),
-      prefillTokensInFlight: load?.tokens(e.id) ?? 0,
-      decodeTokensInFlight: this.#decodeTokens.get(e.id) ?? 0,
-      podType: this.#podType(e),
-    };
+    const info = cycle.get(this.#prefix);
+    const at = candidates === cycle.candidates ? (load?.byPosition?.() ?? null) : null;
+    const anyMatch = info?.anyMatch === true;
+    const decode = this.#decodeTokens;
+    const out: LatencyFeatures[] = new Array(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const e = candidates[i];
+      const m = e.metrics;
+      out[i] = {
+        kvCachePercentage: m?.kvCacheUsagePercent ?? 0,
+        inputTokenLength: inputTokens,
+        numRequestWaiting: m?.waitingQueueSize ?? 0,
+        numRequestRunning: at !== null ? at.requests[i] : (load?.requests(e.id) ?? 0),
+        numTokensGenerated: 1,
+        prefixCacheScore: anyMatch ? matchRatio(info, e.id) : 0,
+        prefillTokensInFlight: at !== null ? at.tokens[i] : (load?.tokens(e.id) ?? 0),
+        decodeTokensInFlight: decode.size === 0 ? 0 : (decode.get(e.id) ?? 0),
+        podType: this.#podType(e),
+      };
+    }
+    return out;
   }
 
   produce(cycle: CycleState, candidates: readonly EndpointState[]): void {
     const input = flatPrompt(cycle, this.hasher).tokenCount;
-    const features = new Map<string, LatencyFeatures>();
-    for (const e of candidates) features.set(e.id, this.featuresOf(cycle, e, input));
-    cycle.set(this.#features, { features });
+    const features = this.featuresOf(cycle, candidates, input);
+    cycle.set(this.#features, { candidates, features });
     const why = this.#whyUnavailable(candidates);
     if (why !== null) {
       cycle.set(this.#key, new Predictions(new Map(), why));
@@ -173,18 +187,18 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
     const ttftSlo = req.sloTtftMs ?? 0;
     const tpotSlo = req.sloTpotMs ?? 0;
     const p = this.params;
-    const load = cycle.get(this.#inflight);
+    const model = this.model;
     const out = new Map<string, LatencyPredictionInfo>();
-    for (const e of candidates) {
-      const f = features.get(e.id) as LatencyFeatures;
-      const pred = this.model.predict(f);
-      const ttft = pred.ttftMs ?? 0;
-      const tpot = pred.tpotMs ?? 0;
+    for (let i = 0; i < candidates.length; i++) {
+      const e = candidates[i];
+      const f = features[i];
+      const ttft = model.predictTtft(f) ?? 0;
+      const tpot = model.predictTpot(f) ?? 0;
       let tpotValid = true;
       let tpotHeadroom = 0;
       if (p.streamingMode && f.podType !== "prefill" && tpotSlo > 0) {
         let buffered = tpotSlo * p.sloBufferFactor;
-        const podMin = this.#minTpotSlo(e.id);
+        const podMin = this.#tpotSlos.size === 0 ? 0 : this.#minTpotSlo(e.id);
         if (podMin > 0) buffered = Math.min(buffered, podMin * p.sloBufferFactor);
         tpotValid = tpot < buffered;
         tpotHeadroom = buffered - tpot;
@@ -196,7 +210,7 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
         tpotHeadroom,
         ttftMs: ttft,
         tpotMs: tpot,
-        dispatchedRequestCount: load?.requests(e.id) ?? 0,
+        dispatchedRequestCount: f.numRequestRunning,
       });
     }
     cycle.set(this.#key, new Predictions(out, null));
@@ -206,7 +220,9 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
   #whyUnavailable(candidates: readonly EndpointState[]): string | null {
     if (!this.params.predictInProduce) return "predictInProduce is false (training only)";
     const needTpot = this.params.streamingMode;
-    for (const role of new Set(candidates.map((e) => this.#podType(e)))) {
+    const roles =
+      this.params.endpointRoleLabel === undefined ? [""] : new Set(candidates.map((e) => this.#podType(e)));
+    for (const role of roles) {
       const s = this.model.samples(role);
       const min = this.params.minSamples;
       const tpotNeeded = needTpot && role !== "prefill";
@@ -221,7 +237,8 @@ export class PredictedLatencyProducer implements DataProducer, PreRequestHook, R
   preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
     this.#expire(now);
     const target = result.target;
-    const f = target ? cycle.get(this.#features)?.features.get(target.id) : undefined;
+    const cf = cycle.get(this.#features);
+    const f = target && cf ? cf.features[cf.candidates.indexOf(target)] : undefined;
     if (target === null || f === undefined) return;
     const req = cycle.request;
     const tpotSlo = req.sloTpotMs ?? 0;

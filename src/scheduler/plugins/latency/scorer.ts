@@ -77,9 +77,9 @@ export class LatencyScorer implements Scorer {
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): ArrayLike<number> {
     const n = endpoints.length;
-    if (this.#out.length < n) this.#out = new Float64Array(n * 2);
+    if (this.#out.length !== n) this.#out = new Float64Array(n);
     const out = this.#out;
-    out.fill(0, 0, n);
+    out.fill(0);
     const preds = cycle.get(this.#latency);
     const items: Item[] = endpoints.map((e, i) => ({ i, info: preds?.get(e.id) }));
     if (!items.some((it) => it.info !== undefined)) {
