@@ -12,6 +12,8 @@ export interface RequestError {
   kind: string;
   message: string;
   status?: number;
+  /** x-llm-d-request-dropped-reason of a gateway rejection (e.g. rejected-saturated). */
+  reason?: string;
 }
 
 export interface RequestRecord {

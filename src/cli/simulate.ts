@@ -7,10 +7,12 @@
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
+import { formatBreakdown } from "../bench/breakdown.ts";
 import {
   formatComparison,
   formatLimits,
   formatRouter,
+  formatRunLimits,
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
@@ -55,6 +57,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
         const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";
         console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
+        if (o.run.breakdown) console.log(`${formatBreakdown(o.run.breakdown)}\n`);
       },
     });
   } catch (e) {
@@ -69,6 +72,8 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
+  const own = formatRunLimits(res);
+  if (own) console.log(own);
   console.error(
     `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
   );

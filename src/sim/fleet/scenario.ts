@@ -20,6 +20,7 @@ import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { loadProfile } from "../profiles.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import type { FleetConfig } from "./replica.ts";
+import { SharedStorageSchema, sharedStorageConfig } from "./shared-storage.ts";
 
 export class ScenarioError extends Error {
   override name = "ScenarioError";
@@ -65,6 +66,8 @@ const FleetSchema = z.strictObject({
   blockSize: posInt.optional(),
   maxModelLen: posInt.optional(),
   pools: z.array(PoolSchema).min(1).optional(),
+  /** A shared-storage tier behind every replica's CPU tier (shared-storage.ts); needs kvOffloadingSize. */
+  sharedStorage: SharedStorageSchema.optional(),
 });
 
 /** The KV link between prefill and decode pools (kv-link.ts); defaults per transport. */
@@ -260,6 +263,12 @@ function resolvePools(
         `${at}.kvOffloadingSize`,
         "required with kvOffloadingBlockSize or kvOffloadingBandwidthGBps",
       );
+    if (f.sharedStorage !== undefined && p.kvOffloadingSize === undefined)
+      fail(
+        origin,
+        `${at}.kvOffloadingSize`,
+        "required with sharedStorage: storage is the CPU tier's secondary tier (llm-d's CPU + filesystem tiering)",
+      );
     const bw = p.kvOffloadingBandwidthGBps;
     const kvOffload =
       p.kvOffloadingSize === undefined
@@ -282,6 +291,7 @@ function resolvePools(
       blockHashAlgo: s.blockHash ?? "fast64",
       enableKvCacheEvents: s.kvEvents ?? false,
       ...(kvOffload !== undefined && { kvOffload }),
+      ...(f.sharedStorage !== undefined && { sharedStorage: sharedStorageConfig(f.sharedStorage) }),
     };
   });
   if (models.size > 1)

@@ -5,17 +5,19 @@
  * workload's theoretical limits. Everything in the results is a function of the scenario and its
  * seeds except the wall-clock fields, `created` and `wall_clock`, kept apart (stripWallClock).
  */
+import { type Breakdown, breakdown } from "../../bench/breakdown.ts";
 import type { RunResult } from "../../bench/results.ts";
 import { buildRun } from "../../bench/run.ts";
 import { KVGATE_VERSION } from "../../bench/version.ts";
 import { generateWorkload } from "../../bench/workloads/spec.ts";
 import type { Workload } from "../../bench/workloads/types.ts";
-import { admissionFromConfig } from "../../flow/admission.ts";
+import { Admission, admissionFromConfig } from "../../flow/admission.ts";
 import { printConfig } from "../../scheduler/defaults.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
+import { FlowSim } from "./flow.ts";
 import { computeLimits, type Limits } from "./limits.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
@@ -47,6 +49,8 @@ export type SimRun = RunResult & {
    * CPU when the fleet offloads), where prefix_cache_hit_rate is vllm:prefix_cache_hits (GPU only).
    */
   cached_token_rate: number | null;
+  /** Per tenant, priority and stream, when the workload's requests are tagged (a mix). */
+  breakdown?: Breakdown;
 };
 
 export interface RouterOutcome {
@@ -189,7 +193,10 @@ export async function runRouter(
       `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
     );
   }
-  const { admission } = admissionFromConfig(created.config);
+  // With the flowControl gate, requests wait in flow control instead of legacy admission.
+  const flow = FlowSim.of(created.scheduler);
+  const admission = flow === null ? admissionFromConfig(created.config).admission : new Admission();
+  const objectives = new Map(Object.entries(created.config.objectives));
   const precise = preciseProducers(created.scheduler);
   for (const p of precise)
     if (p.blockSizeTokens !== r.pools[0].blockSize)
@@ -203,6 +210,8 @@ export async function runRouter(
     workload,
     scheduler: created.scheduler,
     admission,
+    flow,
+    objectives,
     seed: sc.seed,
     scrapeInterval: sc.scrapeInterval,
     gatewayDelay: sc.gatewayDelay,
@@ -233,8 +242,10 @@ export async function runRouter(
       cachedAll += rec.cachedTokens;
       promptAll += rec.promptTokens;
     }
+  const split = breakdown(res.records, workload.requests, objectives);
   const run: SimRun = {
     ...base,
+    ...(split !== null ? { breakdown: split } : {}),
     router_config: { source: r.source, effective: printConfig(created.config) },
     cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
@@ -255,11 +266,14 @@ export async function runRouter(
           }
         : {}),
       config_warnings: created.warnings,
+      ...(flow !== null ? { flow_control: flow.summary() } : {}),
       pools: poolSummary(r.pools),
       gpus: gpuCount(r.pools),
       ...(res.pd !== undefined ? { pd: res.pd, kv_link: r.kvLink } : {}),
+      ...(res.storage !== undefined ? { shared_storage: res.storage } : {}),
     },
-    limits: limits as Limits,
+    // A run with its own fleet is read against that fleet's limits (its tiers, its replicas).
+    limits: r.pools === sc.pools ? (limits as Limits) : computeLimits(workload, r.pools[0], tokenizer),
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
 }
