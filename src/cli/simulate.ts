@@ -16,6 +16,7 @@ import {
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
+import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
@@ -68,7 +69,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   console.log(formatComparison(res));
   console.log("");
   const fleets = wantsFleetComparison(res) ? formatFleetComparison(res) : "";
-  for (const section of [fleets, formatSaturatedStages(res), formatVerdicts(res)]) {
+  for (const section of [fleets, formatLocality(res), formatSaturatedStages(res), formatVerdicts(res)]) {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));

@@ -14,6 +14,7 @@ import {
   labelSelectorSpec,
   prefillFilterSpec,
 } from "./plugins/filters/labels.ts";
+import { localityFilterSpec } from "./plugins/filters/locality.ts";
 import { affinityFilterSpec } from "./plugins/filters/prefix-affinity.ts";
 import { inflightSpec } from "./plugins/inflight/producer.ts";
 import { admitterSpec } from "./plugins/latency/admitter.ts";
@@ -133,6 +134,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   decodeFilterSpec,
   encodeFilterSpec,
   labelSelectorSpec,
+  localityFilterSpec,
   maxScorePickerSpec,
   randomPickerSpec,
   weightedRandomPickerSpec,

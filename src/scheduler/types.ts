@@ -75,6 +75,11 @@ export interface RequestFacts {
   sloTpotMs?: number;
   /** SLO header values that were ignored, and why (shown by /explain). */
   sloHeaderNotes?: string[];
+  /**
+   * Where the request entered (locality label → value), for locality-filter; set only by trusted
+   * callers (the fleet simulator's regional gateways), never from headers. Default: the filter's origin.
+   */
+  locality?: Record<string, string>;
 }
 
 const NO_PROMPT: PromptInput = { kind: "completion", prompt: "" };

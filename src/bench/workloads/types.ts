@@ -42,6 +42,8 @@ export interface RequestSpec {
   turn?: number;
   /** Index into Workload.stages. */
   stage?: number;
+  /** The region the request enters at (the fleet simulator's locality section). */
+  origin?: string;
   /** Who sends it and what it is promised (a `mix` workload's stream; mix.ts): sent as headers. */
   tags?: RequestTags;
 }

@@ -42,6 +42,7 @@ import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
 import { FLOW_SWEEP_S, type FlowSim } from "./flow.ts";
 import type { PdSummary } from "./format-pd.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { type LocalityConfig, oneWayDelay } from "./locality.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
@@ -92,6 +93,8 @@ export interface FleetRunOptions {
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
+  /** Regions (locality.ts): requests with an origin pay the one-way delay to and from their replica. */
+  locality?: LocalityConfig;
 }
 
 export interface FleetCounters {
@@ -269,6 +272,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       // A tagged request's SLOs, as the gateway reads x-llm-d-slo-ttft-ms / -tpot-ms.
       ...(spec.tags?.sloTtftMs !== undefined ? { sloTtftMs: spec.tags.sloTtftMs } : {}),
       ...(spec.tags?.sloTpotMs !== undefined ? { sloTpotMs: spec.tags.sloTpotMs } : {}),
+      ...(spec.origin !== undefined && o.locality ? { locality: { [o.locality.label]: spec.origin } } : {}),
     };
     if (flow !== null) {
       const rej = flow.enqueue(flow.request(spec, ids.length, now), now, candidates);
@@ -321,7 +325,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
-    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
+    records[i].endpoint = rep.state.id;
+    const hop = o.locality ? oneWayDelay(o.locality, spec.origin, rep.state.labels) : 0;
+    if (hop > 0) records[i].networkDelay = hop;
+    q.push(now + o.gatewayDelay + hop, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
   };
 
   const deliver = (e: SimEvent) => {

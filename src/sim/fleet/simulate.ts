@@ -19,8 +19,9 @@ import { createScheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
 import { FlowSim } from "./flow.ts";
 import { computeLimits, type Limits } from "./limits.ts";
+import { type LocalityConfig, type OriginRow, originRows, originWorkload } from "./locality.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
-import type { FleetConfig } from "./replica.ts";
+import { type FleetConfig, replicaId } from "./replica.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 import { threadCpuSeconds } from "./thread-cpu.ts";
 
@@ -51,6 +52,8 @@ export type SimRun = RunResult & {
   cached_token_rate: number | null;
   /** Per tenant, priority and stream, when the workload's requests are tagged (a mix). */
   breakdown?: Breakdown;
+  /** Per region of origin, when the scenario has a locality section. */
+  locality?: OriginRow[];
 };
 
 export interface RouterOutcome {
@@ -83,6 +86,7 @@ export function scenarioWorkload(
   quick = false,
 ): { spec: Scenario["workload"]; workload: Workload } {
   let spec = sc.workload;
+  if (sc.locality !== undefined) return { spec, workload: regionalWorkload(sc, sc.locality, quick) };
   let workload = generateWorkload(spec, { traceText: sc.traceText });
   if (quick) {
     const n = workload.requests.length;
@@ -92,6 +96,17 @@ export function scenarioWorkload(
     workload = generateWorkload(spec, { traceText: sc.traceText });
   }
   return { spec, workload };
+}
+
+/** A regions scenario's merged workload; `quick` keeps a tenth of each region's requests (at least 20). */
+function regionalWorkload(sc: Scenario, loc: LocalityConfig, quick: boolean): Workload {
+  const full = originWorkload(sc.workload, loc, sc.traceText);
+  if (!quick) return full;
+  const origins = loc.origins.map((o) => {
+    const n = full.requests.filter((r) => r.origin === o.region).length;
+    return { ...o, numRequests: Math.min(n, Math.max(20, Math.ceil(n / 10))) };
+  });
+  return originWorkload(sc.workload, { ...loc, origins }, sc.traceText);
 }
 
 export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
@@ -112,7 +127,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
     spec = built.spec;
     const { workload } = built;
     const tokenizer = new PromptTokenizer();
-    limits = computeLimits(workload, sc.fleet, tokenizer);
+    limits = computeLimits(workload, limitsFleet(sc), tokenizer);
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
       const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
@@ -218,6 +233,7 @@ export async function runRouter(
     routerTokenizer: sc.routerTokenizer,
     kvEventsDelay: sc.kvEventsDelay,
     tokenizer,
+    ...(sc.locality !== undefined ? { locality: sc.locality } : {}),
   });
   const base = buildRun(
     spec,
@@ -243,9 +259,13 @@ export async function runRouter(
       promptAll += rec.promptTokens;
     }
   const split = breakdown(res.records, workload.requests, objectives);
+  const regions = sc.locality === undefined ? undefined : regionsById(r.pools, sc.locality.label);
   const run: SimRun = {
     ...base,
     ...(split !== null ? { breakdown: split } : {}),
+    ...(regions !== undefined
+      ? { locality: originRows(res.records, workload.requests, (id) => regions.get(id), sc.slo) }
+      : {}),
     router_config: { source: r.source, effective: printConfig(created.config) },
     cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
@@ -276,6 +296,27 @@ export async function runRouter(
     limits: r.pools === sc.pools ? (limits as Limits) : computeLimits(workload, r.pools[0], tokenizer),
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
+}
+
+/**
+ * The fleet the limits describe: the first pool, or — when the pools differ only in labels (one
+ * pool per region, say) — all of them as one.
+ */
+export function limitsFleet(sc: Scenario): FleetConfig {
+  const [first, ...rest] = sc.pools;
+  const same = (p: FleetConfig) =>
+    JSON.stringify({ ...p, replicas: 0, labels: {}, profile: p.profile.name }) ===
+    JSON.stringify({ ...first, replicas: 0, labels: {}, profile: first.profile.name });
+  if (rest.length === 0 || first.labels[ROLE_LABEL] !== undefined || !rest.every(same)) return first;
+  return { ...first, replicas: sc.pools.reduce((n, p) => n + p.replicas, 0) };
+}
+
+/** Replica id → its `label` value, in runFleet's numbering (pool by pool). */
+function regionsById(pools: readonly FleetConfig[], label: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let i = 0;
+  for (const p of pools) for (let k = 0; k < p.replicas; k++) out.set(replicaId(i++), p.labels[label]);
+  return out;
 }
 
 /** The pools of a run's fleet, as the results file records them. */
