@@ -7,8 +7,10 @@
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
+
 import type { Command } from "commander";
 import type { BoundAddress } from "../gateway/gateway.ts";
+import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { integer, oneOf, port, positive } from "./flag-values.ts";
 import { addPrefillLegOptions } from "./pd-flags.ts";
 
@@ -35,6 +37,7 @@ interface Flags {
   tokenizerCacheBytes: number;
   tokenizeTimeoutMs: number;
   poolName: string;
+  autoscaleConfig?: string;
   servedEndpointHeader: boolean;
   pdLegs: "gateway" | "sidecar";
   prefillFailurePolicy: "recompute" | "fail";
@@ -116,6 +119,7 @@ export function registerServe(program: Command): Command {
       )
       .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
       .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
+      .option(...AUTOSCALE_FLAG)
       .option(
         "--no-served-endpoint-header",
         "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
@@ -189,6 +193,11 @@ export function registerServe(program: Command): Command {
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
+    try {
+      startAutoscale(gw.gateway, flags.autoscaleConfig);
+    } catch (err) {
+      cmd.error(`error: ${(err as Error).message}`, { exitCode: 2 });
+    }
     const n = gw.gateway.data.store.size;
     const g = gw.gateway;
     const precise = g.routing.precise.map((p) => p.typedName.name);

@@ -4,10 +4,11 @@
  * table per router, a comparison and the workload's theoretical limits; `--json` writes the
  * results file (simulated seconds). Progress and wall-clock timings go to stderr.
  */
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
 import { formatBreakdown } from "../bench/breakdown.ts";
+import { isAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
 import {
   formatComparison,
   formatLimits,
@@ -20,6 +21,16 @@ import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
+import { simulateAutoscale } from "./simulate-autoscale.ts";
+
+/** An autoscaling scenario (it has an `autoscale` section): run by simulate-autoscale.ts. */
+function isAutoscaleFile(file: string): boolean {
+  try {
+    return isAutoscaleScenario(readFileSync(file, "utf8"));
+  } catch {
+    return false;
+  }
+}
 
 interface Flags {
   json?: string;
@@ -36,6 +47,10 @@ const list = (v: string): string[] =>
 
 async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
+  if (isAutoscaleFile(file))
+    return simulateAutoscale(file, f).catch((e) =>
+      e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
+    );
   let sc: Scenario;
   try {
     sc = loadScenario(file);

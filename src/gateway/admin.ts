@@ -75,6 +75,12 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       });
       return json(res, 200, { endpoints, ready: gw.data.store.readyCount(now) });
     }
+    case "GET /autoscale":
+      return json(
+        res,
+        200,
+        gw.autoscale?.view() ?? { enabled: false, hint: "start with --autoscale-config FILE" },
+      );
     case "GET /flows": {
       const gate = flowGateOf(gw);
       return json(res, 200, gate ? { enabled: true, ...gate.snapshot() } : { enabled: false });

@@ -49,6 +49,7 @@ import {
   runningRequestsScorerSpec,
 } from "./plugins/scorers/metrics.ts";
 import { noHitLruSpec } from "./plugins/scorers/no-hit-lru.ts";
+import { prefillWaitSpec } from "./plugins/scorers/prefill-wait.ts";
 import { prefixScorerSpec } from "./plugins/scorers/prefix.ts";
 import { sessionFilterSpec, sessionScorerSpec } from "./plugins/session.ts";
 import type { DataFamily } from "./types.ts";
@@ -126,6 +127,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   tokenLoadSpec,
   leastRequestSpec,
   kvPressureSpec,
+  prefillWaitSpec,
   noHitLruSpec,
   sessionScorerSpec,
   sessionFilterSpec,

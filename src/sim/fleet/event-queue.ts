@@ -48,7 +48,9 @@ export type EventKind =
   /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
   | "offload-done"
   /** Flow control (flow.ts): the queue's TTL sweep, then a dispatch attempt. */
-  | "flow-sweep";
+  | "flow-sweep"
+  /** Autoscaling (autoscale.ts): replicas join, drain or leave. */
+  | "membership";
 
 export interface SimEvent {
   time: number;

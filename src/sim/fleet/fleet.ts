@@ -60,6 +60,29 @@ export interface FleetObserver {
     candidates: readonly EndpointState[],
     target: string | null,
   ): void;
+  /** A request reached the gateway (its record has the prompt's token count). */
+  onArrive?(now: number, record: RequestRecord): void;
+  /** A request completed or was dropped (its record is final). */
+  onResolved?(now: number, record: RequestRecord): void;
+}
+
+/** What a membership controller (autoscale.ts) can do to a running fleet. */
+export interface FleetControl {
+  readonly replicas: readonly Replica[];
+  /** Pool index of each replica. */
+  readonly poolOf: readonly number[];
+  /** Adds a fresh replica of pool `pool` (cold cache), serving from now; returns its index. */
+  add(pool: number): number;
+  /** Stops routing new requests to replica i (it finishes what it holds), or routes to it again. */
+  setServing(i: number, serving: boolean): void;
+  /** Stops scraping replica i, once it has drained (it is gone from the fleet). */
+  retire(i: number): void;
+}
+
+/** Replicas joining and leaving during a run: woken at `start`, then at each time `wake` returns. */
+export interface FleetMembership {
+  start: number;
+  wake(now: number, ctl: FleetControl): number | undefined;
 }
 
 export interface FleetRunOptions {
@@ -93,6 +116,8 @@ export interface FleetRunOptions {
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
+  /** Replicas that join and leave (autoscale.ts); without it every replica serves the whole run. */
+  membership?: FleetMembership;
   /** Regions (locality.ts): requests with an origin pay the one-way delay to and from their replica. */
   locality?: LocalityConfig;
 }
@@ -161,16 +186,23 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const memo = new PromptHashMemo();
   const storage = fleetStorage(o.fleet);
   const replicas: Replica[] = [];
-  for (const pool of o.pools ?? [o.fleet])
-    for (let k = 0; k < pool.replicas; k++)
+  const poolOf: number[] = [];
+  const pools = o.pools ?? [o.fleet];
+  for (const [k, pool] of pools.entries())
+    for (let j = 0; j < pool.replicas; j++) {
+      poolOf.push(k);
       replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo, storage));
-  const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
+    }
+  /** The replicas the router may pick (all of them unless a membership controller changes it). */
+  const candidates: EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
   const kvPending: KVEventBatch[][] = replicas.map(() => []);
-  const kvHead = new Int32Array(replicas.length);
+  const kvHead: number[] = replicas.map(() => 0);
   const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
   const byId = new Map(replicas.map((r) => [r.state.id, r]));
+  /** Replicas scraped (not retired). */
+  const live = new Set(replicas);
   const q = new EventQueue();
   const specs = workload.requests;
   const n = specs.length;
@@ -209,6 +241,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     if (status[i] === DONE) throw new Error(`INV-2: request ${specs[i].id} resolved twice`);
     status[i] = DONE;
     resolved++;
+    observer?.onResolved?.(now, records[i]);
     facts[i] = undefined;
     tokens[i] = undefined;
     arrivals.complete(specs[i].id, now);
@@ -258,6 +291,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       promptTokens: ids.length,
       completionTokens: 0,
     };
+    observer?.onArrive?.(now, records[i]);
     const f: RequestFacts = {
       requestId: spec.id,
       model: o.fleet.model,
@@ -422,7 +456,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     let lo = Number.POSITIVE_INFINITY;
     let hi = 0;
     let sum = 0;
-    for (const rep of replicas) {
+    for (const rep of live) {
       const m = rep.scrape(now);
       observer?.onScrape?.(now, rep.index, m);
       lo = Math.min(lo, m.kvCacheUsagePercent);
@@ -431,7 +465,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     }
     kvTicks.min += lo;
     kvTicks.max += hi;
-    kvTicks.mean += sum / replicas.length;
+    kvTicks.mean += sum / live.size;
     kvTicks.peak = Math.max(kvTicks.peak, hi);
     kvTicks.count++;
     counters.scrapes++;
@@ -444,6 +478,34 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   /** Engine request ids of CPU-tier loads in flight, by the index their offload-done event carries. */
   const offloadIds: (string | undefined)[] = [];
   const freeSlots: number[] = [];
+  const control: FleetControl = {
+    replicas,
+    poolOf,
+    add(pool) {
+      const rep = new Replica(replicas.length, withEvents(pools[pool]), o.seed, memo, storage);
+      replicas.push(rep);
+      poolOf.push(pool);
+      kvPending.push([]);
+      kvHead.push(0);
+      byEndpoint.set(rep.state.id, rep.index);
+      byId.set(rep.state.id, rep);
+      live.add(rep);
+      for (const p of precise) p.index.setEndpointModel(rep.state.id, o.fleet.model);
+      rep.scrape(now);
+      candidates.push(rep.state);
+      return rep.index;
+    },
+    setServing(i, serving) {
+      const st = replicas[i].state;
+      const at = candidates.indexOf(st);
+      if (serving && at < 0) candidates.push(st);
+      else if (!serving && at >= 0) candidates.splice(at, 1);
+    },
+    retire(i) {
+      live.delete(replicas[i]);
+    },
+  };
+  if (o.membership !== undefined) q.push(o.membership.start, Priority.SCRAPE, "membership");
   q.push(0, Priority.SCRAPE, "scrape");
   queueArrival();
   while (resolved < n) {
@@ -464,6 +526,11 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       case "scrape":
         scrape();
         break;
+      case "membership": {
+        const next = (o.membership as FleetMembership).wake(now, control);
+        if (next !== undefined) q.push(Math.max(next, now), Priority.SCRAPE, "membership");
+        break;
+      }
       case "arrival":
         if (e.time === nextArrivalAt) nextArrivalAt = Number.POSITIVE_INFINITY;
         for (const s of arrivals.takeDue(now)) arrive(s.spec);

@@ -134,7 +134,9 @@ export function formatComparison(res: SimResults): string {
 
 /**
  * Per saturated stage (offered output ≥ the fleet's ceiling), each router's output tokens/s as a
- * share of the ceiling; "" when the workload has no saturated stage.
+ * share of the stage's ceiling: the fleet's steady-state one, or for a barriered stage its own bound
+ * with the ramp-up counted (limits.stages, stage-limits.ts) when that is lower; "" when the workload
+ * has no saturated stage.
  */
 export function formatSaturatedStages(res: SimResults): string {
   const first = res.runs[0];
@@ -142,21 +144,30 @@ export function formatSaturatedStages(res: SimResults): string {
   const stages = first.stages.filter((s) => !s.warmup && stageCeiling(res.limits, s.rate).saturated);
   if (stages.length === 0) return "";
   const ceiling = fleetCeiling(res.limits);
+  const bound = (index: number) =>
+    Math.min(ceiling, res.limits.stages?.find((b) => b.index === index)?.output_tokens_per_s ?? ceiling);
+  const staged = res.limits.stages !== undefined;
   const rows = stages.map((st) => [
     `${st.index}`,
     fix(st.rate, 0),
+    ...(staged ? [int(bound(st.index))] : []),
     ...res.runs.map((r) => {
       const s = r.stages.find((x) => x.index === st.index);
-      // A run with its own fleet is read against its fleet's ceiling.
-      const c = Math.min(fleetCeiling(r.limits ?? res.limits), st.rate * res.limits.output_tokens_mean);
+      // A run with its own fleet is read against its fleet's ceiling and stage bounds.
+      const lim = r.limits ?? res.limits;
+      const own =
+        lim.stages?.find((x) => x.index === st.index)?.output_tokens_per_s ?? Number.POSITIVE_INFINITY;
+      const c = Math.min(fleetCeiling(lim), own, st.rate * res.limits.output_tokens_mean);
       return s?.output_tokens_per_s == null ? "-" : pct(s.output_tokens_per_s / c);
     }),
   ]);
   const own = res.runs.some((r) => r.limits !== undefined && r.limits !== res.limits);
   return [
-    `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling` +
+    (staged
+      ? `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the stage's bound (its ramp-up counted: stages are barriered)`
+      : `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling`) +
       (own ? " (each run's own fleet's ceiling, capped at the stage's offered output)" : ""),
-    table(["stage", "QPS", ...res.runs.map((r) => r.router)], rows),
+    table(["stage", "QPS", ...(staged ? ["bound"] : []), ...res.runs.map((r) => r.router)], rows),
   ].join("\n");
 }
 

@@ -31,6 +31,11 @@
  *   concurrency only helps (step time is affine in C), so C/T(C) at that C bounds the throughput.
  * The regime's ceiling is the smallest of the three.
  *
+ * Barriered stages also get their own bound (stage-limits.ts): a stage is measured from its start to
+ * its last completion, so its ramp-up — no more sequences running than have arrived — counts
+ * against it, which the steady-state ceiling leaves out. `kvgate simulate` reads each saturated
+ * stage against the lower of the two.
+ *
  * A fleet with a CPU offload tier also gets its host-link bound: at most (load bandwidth ÷ KV bytes
  * per token) tokens/s come back from CPU per replica, so when every hit of the "repeat" regime is a
  * CPU hit the fleet serves at most replicas × that ÷ (hit tokens per request) requests/s; with a
@@ -46,6 +51,7 @@ import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
 import { type LinkLimit, linkLimit, tierCapacity, type ViaTiers, viaTiers } from "./limits-tiers.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
+import { mixedStep, type StageLimit, stageLimits } from "./stage-limits.ts";
 import { TextMap } from "./text-map.ts";
 
 export interface RegimeLimit {
@@ -81,6 +87,11 @@ export interface Limits {
   regimes: { zero: RegimeLimit; group: RegimeLimit; repeat: RegimeLimit };
   /** The CPU tier's host-link bound (fleets with kvOffload only). */
   offload?: OffloadLimit;
+  /**
+   * Barriered stages only: each stage's bound over its own window, ramp-up included
+   * (stage-limits.ts), under the best regime.
+   */
+  stages?: StageLimit[];
 }
 
 /** What the host link lets come back from CPU when every "repeat" hit is a CPU hit. */
@@ -298,6 +309,15 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       output_tokens_per_s: via.output_tokens_per_s,
     };
   };
+  const regimes = {
+    zero: regime(0, 0),
+    group: tiered(groupHits, groupResidentSum),
+    repeat: tiered(repeatHits, reused * bs),
+  };
+  const best = Object.values(regimes).reduce((x, y) =>
+    y.output_tokens_per_s > x.output_tokens_per_s ? y : x,
+  );
+  const stages = stageLimits(workload, fleet, best, promptMean, outputMean);
   return {
     replicas: fleet.replicas,
     kv_tokens_per_replica: kv,
@@ -307,41 +327,12 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     prefill_chunk_tokens: chunk,
     prefill_chunk_s: chunkS,
     prefill_tokens_per_s_per_replica: prefillRate,
-    regimes: {
-      zero: regime(0, 0),
-      group: tiered(groupHits, groupResidentSum),
-      repeat: tiered(repeatHits, reused * bs),
-    },
+    regimes,
     ...(fleet.kvOffload !== undefined && {
       offload: offloadLimit(fleet, n ? repeatHits / n : 0, promptMean, outputMean),
     }),
+    ...(stages !== undefined && { stages }),
   };
-}
-
-/**
- * The steady-state step of a replica running `conc` sequences: each step decodes C of them and
- * prefills C·U/O tokens of the next ones (one chunk at the mean context of a prompt's uncached
- * part), C capped so the step fits max_num_batched_tokens. Output tokens/s of the fleet.
- */
-function mixedStep(
-  fleet: FleetConfig,
-  conc: number,
-  uncached: number,
-  promptMean: number,
-  outputMean: number,
-): { concurrency: number; step: number; output: number } {
-  if (conc <= 0 || outputMean <= 0) return { concurrency: 0, step: 0, output: 0 };
-  const perStep = uncached / outputMean;
-  const c = Math.max(1, Math.min(conc, Math.floor(fleet.maxNumBatchedTokens / (1 + perStep))));
-  const tokens = c * perStep;
-  const cached = Math.max(0, promptMean - uncached);
-  const context = Math.max(0, cached + uncached / 2 - tokens / 2);
-  const ctx = Math.round(promptMean + outputMean / 2);
-  const step = stepTime(fleet.profile, {
-    prefills: tokens > 0 ? [{ tokens, context }] : [],
-    decodeContexts: new Array(c).fill(ctx),
-  }).total;
-  return { concurrency: c, step, output: (fleet.replicas * c) / step };
 }
 
 function commonBlocks(a: readonly number[], b: readonly number[]): number {
