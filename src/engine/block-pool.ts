@@ -17,11 +17,13 @@ const NONE = -1;
 export class BlockPool {
   readonly numBlocks: number;
   readonly refCnt: Int32Array;
-  /** Cached hash per block as int32 halves; blockHas[b] is 0 while b holds no full hashed block. */
+  /** Cached hash per block as int32 halves, valid while the block holds a full hashed block. */
   private readonly blockHi: Int32Array;
   private readonly blockLo: Int32Array;
-  private readonly blockHas: Uint8Array;
-  /** When each block was last cached (a counter), so a remembered lookup can be checked cheaply. */
+  /**
+   * When each block was last cached (a counter from 1), or 0 while it holds no full hashed block:
+   * one read tells whether a remembered lookup still holds (stillFirst).
+   */
   private readonly cacheGen: Float64Array;
   private gen = 0;
   private readonly prev: Int32Array;
@@ -48,7 +50,6 @@ export class BlockPool {
     this.refCnt = new Int32Array(numBlocks);
     this.blockHi = new Int32Array(numBlocks);
     this.blockLo = new Int32Array(numBlocks);
-    this.blockHas = new Uint8Array(numBlocks);
     this.cacheGen = new Float64Array(numBlocks);
     this.prev = new Int32Array(numBlocks + 1);
     this.next = new Int32Array(numBlocks + 1);
@@ -121,7 +122,7 @@ export class BlockPool {
    * end, so no block with the same hash can have moved ahead of it.)
    */
   stillFirst(b: number, gen: number): boolean {
-    return this.blockHas[b] === 1 && this.cacheGen[b] === gen;
+    return this.cacheGen[b] === gen;
   }
 
   /** The first cached block holding hash (hi, lo), or -1. */
@@ -156,8 +157,8 @@ export class BlockPool {
   }
 
   private evict(b: number): void {
-    if (this.blockHas[b] === 0) return;
-    this.blockHas[b] = 0;
+    if (this.cacheGen[b] === 0) return;
+    this.cacheGen[b] = 0;
     const hi = this.blockHi[b];
     const lo = this.blockLo[b];
     const s = this.slot(hi, lo);
@@ -192,7 +193,6 @@ export class BlockPool {
     if (!this.enableCaching) return;
     this.blockHi[b] = hi;
     this.blockLo[b] = lo;
-    this.blockHas[b] = 1;
     this.cacheGen[b] = ++this.gen;
     this.chain[b] = NONE;
     const s = this.slot(hi, lo);
@@ -223,7 +223,7 @@ export class BlockPool {
     if (this.freeCount !== this.numBlocks - 1) return false;
     this.bucket.fill(NONE);
     this.chain.fill(NONE);
-    this.blockHas.fill(0);
+    this.cacheGen.fill(0);
     this.distinct = 0;
     if (this.emitEvents) this.events.push({ type: "AllBlocksCleared" });
     return true;
@@ -258,13 +258,14 @@ export class BlockPool {
       for (let b = this.bucket[s]; b !== NONE; b = this.chain[b]) {
         if (chained[b]) throw new Error(`block ${b} twice in the hash table`);
         chained[b] = 1;
-        if (this.blockHas[b] === 0 || this.slot(this.blockHi[b], this.blockLo[b]) !== s)
+        if (this.cacheGen[b] === 0 || this.slot(this.blockHi[b], this.blockLo[b]) !== s)
           throw new Error(`cached map points hash to block ${b} which holds another`);
         hashes.add(toUint64(this.blockHi[b], this.blockLo[b]));
       }
     }
     for (let b = 0; b < this.numBlocks; b++)
-      if (this.blockHas[b] !== chained[b]) throw new Error(`block ${b} holds a hash but is not in the table`);
+      if (Number(this.cacheGen[b] !== 0) !== chained[b])
+        throw new Error(`block ${b} holds a hash but is not in the table`);
     if (hashes.size !== this.distinct)
       throw new Error(`distinct hashes ${this.distinct}, counted ${hashes.size}`);
   }

@@ -24,6 +24,11 @@ export interface Req {
    */
   readonly tokens: Float64Array;
   numTokens: number;
+  /**
+   * Each output token's completion time, in order: the first numTokens − numPromptTokens entries
+   * of a buffer sized for maxTokens. The record gets them, and the output ids, when it finishes.
+   */
+  readonly tokenTimes: Float64Array;
   readonly numPromptTokens: number;
   readonly targetOutput: number;
   readonly rng: Rng;
@@ -128,6 +133,7 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
     },
     tokens: new Float64Array(n + req.maxTokens),
     numTokens: n,
+    tokenTimes: new Float64Array(req.maxTokens),
     numPromptTokens: n,
     targetOutput: targetOutputLength(rng, req.maxTokens, req.ignoreEos),
     rng,
@@ -147,6 +153,20 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
   };
   r.tokens.set(prompt);
   return r;
+}
+
+/** The output token ids `r` has generated so far (a new array; they live in `r.tokens` after the prompt). */
+export function outputTokenIds(r: Req): number[] {
+  const out: number[] = [];
+  for (let i = r.numPromptTokens; i < r.numTokens; i++) out.push(r.tokens[i]);
+  return out;
+}
+
+/** The completion times of the output tokens `r` has generated so far (a new array). */
+export function tokenTimes(r: Req): number[] {
+  const out: number[] = [];
+  for (let i = 0, m = r.numTokens - r.numPromptTokens; i < m; i++) out.push(r.tokenTimes[i]);
+  return out;
 }
 
 /** Removes `r` from `list` if it is there. */

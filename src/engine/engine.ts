@@ -17,7 +17,16 @@ import { CpuTier } from "./cpu-tier.ts";
 import { checkEngineInvariants, engineStats } from "./engine-invariants.ts";
 import { PdKv, type RemoteKvOutcome } from "./engine-pd.ts";
 import { StepScheduler } from "./engine-scheduler.ts";
-import { checkRequest, EngineInputError, newCounters, newReq, type Req, removeFrom } from "./engine-state.ts";
+import {
+  checkRequest,
+  EngineInputError,
+  newCounters,
+  newReq,
+  outputTokenIds,
+  type Req,
+  removeFrom,
+  tokenTimes,
+} from "./engine-state.ts";
 import type { PromptHashMemo } from "./fast-block-hash.ts";
 import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
 import type { KvLeases } from "./kv-lease.ts";
@@ -148,11 +157,7 @@ export class Engine {
   }
 
   private copyRecord(r: Req): RequestRecord {
-    return {
-      ...r.record,
-      tokenTimes: r.record.tokenTimes.slice(),
-      outputTokenIds: r.record.outputTokenIds.slice(),
-    };
+    return { ...r.record, tokenTimes: tokenTimes(r), outputTokenIds: outputTokenIds(r) };
   }
 
   /**
@@ -231,9 +236,14 @@ export class Engine {
 
     let events = NO_EVENTS;
     if (cfg.enableKvCacheEvents) {
-      events = this.pendingEvents.concat(early ?? NO_EVENTS, this.kv.pool.takeEvents());
+      // Usually only this step's own events: then the pool's list is the batch, uncopied.
+      const own = this.kv.pool.takeEvents();
+      events =
+        this.pendingEvents.length === 0 && early === null
+          ? own
+          : this.pendingEvents.concat(early ?? NO_EVENTS, own);
       if (tier !== null) for (const e of tier.takeEvents()) events.push(e);
-      this.pendingEvents = [];
+      if (this.pendingEvents.length > 0) this.pendingEvents = [];
     }
     if (schedReq.length === 0) {
       const empty: StepResult = {
@@ -278,15 +288,15 @@ export class Engine {
       r.numComputed += schedN[k];
       if (tier !== null) tier.storeNew(r, end);
       if (r.numComputed < r.numTokens) continue;
-      const out = r.record.outputTokenIds.length + 1;
+      const out = r.numTokens - r.numPromptTokens + 1;
       const last = out >= r.targetOutput;
       const tok =
         last && !r.input.ignoreEos && r.targetOutput < r.input.maxTokens
           ? this.eosTokenId
           : sampleToken(r.rng, this.vocabSize);
+      // Output ids and times live in the request's buffers; the record gets copies at the finish.
+      r.tokenTimes[r.numTokens - r.numPromptTokens] = end;
       r.tokens[r.numTokens++] = tok;
-      r.record.outputTokenIds.push(tok);
-      r.record.tokenTimes.push(end);
       if (r.record.firstTokenTime === null) {
         r.record.firstTokenTime = end;
         this.counters.promptTokens += r.numPromptTokens;
@@ -339,6 +349,8 @@ export class Engine {
       tier?.holdWhileStoring(r, now) === true;
     if (!kept) this.kv.freeBlocks(r);
     r.finished = true;
+    r.record.outputTokenIds = outputTokenIds(r);
+    r.record.tokenTimes = tokenTimes(r);
     r.record.finishReason = reason;
     r.record.finishTime = now;
     this.counters.requestSuccess[reason]++;
@@ -355,7 +367,9 @@ export class Engine {
   /** The record of a request still in the engine (copy), or null. */
   requestRecord(requestId: string): RequestRecord | null {
     const r = this.byId.get(requestId);
-    return r === undefined ? null : { ...r.record };
+    return r === undefined
+      ? null
+      : { ...r.record, tokenTimes: tokenTimes(r), outputTokenIds: outputTokenIds(r) };
   }
 
   stats(): EngineStats {

@@ -107,8 +107,9 @@ export interface RequestRecord {
   /** Time of the first step that scheduled this request (null until then). */
   firstScheduledTime: number | null;
   firstTokenTime: number | null;
-  /** Completion time of every output token, in order. */
+  /** Completion time of every output token, in order (filled when the request finishes, and in copies handed out). */
   tokenTimes: number[];
+  /** Every output token id, in order (filled likewise). */
   outputTokenIds: number[];
   /** Prefix-cache hit of the first admission, in tokens (multiple of blockSize). */
   cachedTokens: number;
