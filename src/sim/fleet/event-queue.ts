@@ -46,7 +46,11 @@ export type EventKind =
   /** P/D: a KV pull landed on the decoder. */
   | "kv-done"
   /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
-  | "offload-done";
+  | "offload-done"
+  /** Several gateways (gateways.ts): gateway `replica` takes its sync batch. */
+  | "sync-flush"
+  /** Gateway `replica`'s batch (request: its slot) reaches its peers. */
+  | "sync-deliver";
 
 export interface SimEvent {
   time: number;

@@ -40,6 +40,7 @@ import type { Scheduler } from "../../scheduler/scheduler.ts";
 import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
 import type { PdSummary } from "./format-pd.ts";
+import { type GatewaySyncConfig, SimGateways } from "./gateways.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
@@ -68,6 +69,11 @@ export interface FleetRunOptions {
   kvLink?: KvLinkConfig;
   workload: Workload;
   scheduler: Scheduler;
+  /**
+   * Several gateway replicas (gateways.ts): their schedulers (the first is `scheduler`), requests
+   * round-robin across them, and their state sync (null: each learns alone). Default: one gateway.
+   */
+  gateways?: { schedulers: Scheduler[]; sync: GatewaySyncConfig | null };
   admission: Admission;
   /** Seeds the engines' output-token streams. */
   seed: number;
@@ -109,6 +115,8 @@ export interface FleetRunResult {
   endTime: number;
   /** P/D figures, when the fleet has a prefill pool. */
   pd?: PdSummary;
+  /** With several gateways: how many, and the sync batches merged into peers. */
+  gateways?: { count: number; syncBatchesMerged: number };
 }
 
 const PENDING = 0;
@@ -132,8 +140,12 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const kvDelay = o.kvEventsDelay ?? 0;
   if (!(kvDelay >= 0) || !Number.isFinite(kvDelay))
     throw new RangeError(`kvEventsDelay must be ≥ 0, got ${kvDelay}`);
-  const { workload, scheduler, admission, observer } = o;
-  const precise = preciseProducers(scheduler);
+  const { workload, admission, observer } = o;
+  const q = new EventQueue();
+  const gws = new SimGateways(o.gateways?.schedulers ?? [o.scheduler], q, o.gateways?.sync ?? null);
+  const scheds = gws.schedulers;
+  // Every gateway subscribes to the replicas' KV events itself: precise routing needs no sync.
+  const precise = scheds.flatMap(preciseProducers);
   for (const p of precise)
     if (p.blockSizeTokens !== o.fleet.blockSize)
       throw new RangeError(
@@ -156,7 +168,6 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const kvHead = new Int32Array(replicas.length);
   const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
   const byId = new Map(replicas.map((r) => [r.state.id, r]));
-  const q = new EventQueue();
   const specs = workload.requests;
   const n = specs.length;
   const indexOf = new Map<string, number>();
@@ -173,6 +184,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const facts: Array<RequestFacts | undefined> = new Array(n);
   const tokens: Array<number[] | undefined> = new Array(n);
   const started = new Uint8Array(n);
+  /** The gateway that picked request i. */
+  const gwOf = new Uint16Array(n);
   const arrivals = new ArrivalScheduler(workload);
   const counters: FleetCounters = {
     events: 0,
@@ -249,6 +262,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     };
     const adm = admission.admit(f, candidates, now);
     if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
+    const g = gws.nextGateway();
+    const scheduler = scheds[g];
+    gwOf[i] = g;
     const result = scheduler.schedule(f, candidates, now);
     observer?.onSchedule?.(now, f, candidates, result.target?.id ?? null);
     if (result.failure !== null || result.target === null) {
@@ -258,6 +274,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     const rep = byId.get(result.target.id);
     if (rep === undefined) throw new Error(`scheduler picked unknown endpoint ${result.target.id}`);
     scheduler.onPicked(f, result, now);
+    gws.touched(g, now);
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
@@ -281,7 +298,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       );
     } catch (err) {
       if (!(err instanceof EngineInputError)) throw err;
-      scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+      scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
       pd?.forget(i, spec.id);
       return drop(i, "http_400", err.message, 400);
     }
@@ -299,7 +316,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.completionTokens = rec.outputTokenIds.length;
     // A decode leg's transferred tokens are not prefix-cache hits.
     r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
-    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    gws.touched(gwOf[i], now);
     counters.completed++;
     resolve(i);
   };
@@ -322,7 +340,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       }
       if (started[i] === 0) {
         started[i] = 1;
-        scheduler.onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
+        scheds[gwOf[i]].onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
       }
       if (out.record !== undefined) finish(i, rep, out.record);
     }
@@ -390,6 +408,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         break;
       case "scrape":
         scrape();
+        break;
+      case "sync-flush":
+      case "sync-deliver":
+        gws.handle(e, now);
         break;
       case "arrival":
         if (e.time === nextArrivalAt) nextArrivalAt = Number.POSITIVE_INFINITY;
@@ -463,6 +485,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters,
     endTime: now,
     ...(pd !== null ? { pd: pd.summary() } : {}),
+    ...(gws.count > 1 ? { gateways: { count: gws.count, syncBatchesMerged: gws.merged } } : {}),
   };
 }
 
