@@ -93,7 +93,7 @@ interface Peer {
 
 export class GatewaySync {
   readonly origin: string;
-  readonly config: string;
+  config: string;
   readonly #staleAfter: number;
   readonly #maxPending: number;
   readonly #replayBlocks: number;
@@ -131,10 +131,14 @@ export class GatewaySync {
     this.attach(scheduler);
   }
 
-  /** Hooks the scheduler's plugins (again after a config reload: the old ones are unhooked). */
-  attach(scheduler: Scheduler): void {
+  /**
+   * Hooks the scheduler's plugins (again after a config reload, with the new config's fingerprint:
+   * the old plugins are unhooked).
+   */
+  attach(scheduler: Scheduler, config = this.config): void {
     this.detach();
     this.#scheduler = scheduler;
+    this.config = config;
     for (const p of scheduler.plugins.values()) {
       const name = p.typedName.name;
       if (p instanceof ApproxPrefixProducer) {
@@ -177,20 +181,57 @@ export class GatewaySync {
     }
   }
 
-  /** Pending own insertions and bindings, and the current own load, as one batch (a heartbeat when empty). */
-  take(now: number): SyncBatch {
-    const prefix = this.#pending;
+  #lastLoadKey = "";
+
+  /**
+   * Whether a take() now would carry anything new: insertions, bindings, or own load that differs
+   * from the last batch's. A transport sends heartbeats on its own schedule regardless.
+   */
+  hasNews(): boolean {
+    if (this.#pending.length > 0 || this.#pendingSessions.length > 0) return true;
+    return this.#loadKey() !== this.#lastLoadKey;
+  }
+
+  #loadKey(): string {
+    let k = "";
+    for (const [name, p] of this.#inflight) {
+      k += `${name}|`;
+      for (const [id, [r, t]] of p.localLoad()) k += `${id},${r},${t};`;
+    }
+    return k;
+  }
+
+  /** Outgoing prefix blocks waiting for the next take(). */
+  get pendingBlocks(): number {
+    return this.#pendingBlocks;
+  }
+
+  /**
+   * Pending own insertions (up to `maxBlocks` blocks, at least one chain) and bindings, and the
+   * current own load, as one batch (a heartbeat when nothing is pending).
+   */
+  take(now: number, maxBlocks = Number.POSITIVE_INFINITY): SyncBatch {
+    let prefix = this.#pending;
+    let blocks = this.#pendingBlocks;
+    if (blocks > maxBlocks) {
+      let k = 0;
+      let b = 0;
+      while (k < prefix.length && (k === 0 || b + (prefix[k].h.length >>> 1) <= maxBlocks))
+        b += prefix[k++].h.length >>> 1;
+      this.#pending = prefix.slice(k);
+      prefix = prefix.slice(0, k);
+      blocks = b;
+    } else this.#pending = [];
+    this.#pendingBlocks -= blocks;
     const sessions = this.#pendingSessions;
-    this.#pending = [];
     this.#pendingSessions = [];
-    const blocks = this.#pendingBlocks;
-    this.#pendingBlocks = 0;
     const load: Record<string, Array<[string, number, number]>> = {};
     for (const [name, p] of this.#inflight) {
       const rows: Array<[string, number, number]> = [];
       for (const [id, [r, t]] of p.localLoad()) rows.push([id, r, t]);
       load[name] = rows;
     }
+    this.#lastLoadKey = this.#loadKey();
     const batch: SyncBatch = {
       origin: this.origin,
       seq: ++this.#seq,

@@ -72,7 +72,13 @@ export class SimGateways {
       const b = syncs[e.replica].take(now);
       const slot = this.#free.pop() ?? this.#batches.length;
       this.#batches[slot] = b;
-      this.q.push(now + (this.sync as GatewaySyncConfig).delay, Priority.KV_EVENTS, "sync-deliver", e.replica, slot);
+      this.q.push(
+        now + (this.sync as GatewaySyncConfig).delay,
+        Priority.KV_EVENTS,
+        "sync-deliver",
+        e.replica,
+        slot,
+      );
       return;
     }
     const b = this.#batches[e.request] as SyncBatch;

@@ -206,9 +206,7 @@ export async function runRouter(
     kvLink: r.kvLink,
     workload,
     scheduler: created.scheduler,
-    ...(r.gateways
-      ? { gateways: { schedulers: [created.scheduler, ...peers], sync: r.gateways.sync } }
-      : {}),
+    ...(r.gateways ? { gateways: { schedulers: [created.scheduler, ...peers], sync: r.gateways.sync } } : {}),
     admission,
     seed: sc.seed,
     scrapeInterval: sc.scrapeInterval,

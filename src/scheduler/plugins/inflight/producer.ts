@@ -232,7 +232,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   }
 
   retainEndpoints(pool: ReadonlySet<string>): void {
-    for (const peer of this.#peers.values()) for (const id of [...peer.keys()]) if (!pool.has(id)) peer.delete(id);
+    for (const peer of this.#peers.values())
+      for (const id of [...peer.keys()]) if (!pool.has(id)) peer.delete(id);
     this.#counters.retain(pool);
     this.prefillRates.retain(pool);
     this.recentPicks.retain(pool);
