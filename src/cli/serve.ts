@@ -42,6 +42,8 @@ interface Flags extends SyncFlags {
   prefillMaxRetries: number;
   prefillRetryBackoff: number;
   prefillTimeout: number;
+  migrateStreams: boolean;
+  migrationLimit: number;
 }
 
 /**
@@ -129,6 +131,13 @@ export function registerServe(program: Command): Command {
         )
         .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
         .option(
+          "--migrate-streams",
+          "when a replica dies mid-stream, resume the response on another replica (prompt + generated " +
+            "token ids) in the same SSE stream; per request: x-kvgate-migrate: on|off",
+          false,
+        )
+        .option("--migration-limit <n>", "migrations per stream at most (--migrate-streams)", positive, 3)
+        .option(
           "--no-served-endpoint-header",
           "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
         )
@@ -179,6 +188,8 @@ export function registerServe(program: Command): Command {
         prefillRetryBackoffMs: flags.prefillRetryBackoff,
         prefillTimeoutMs: flags.prefillTimeout,
         nats: flags.nats,
+        migrateStreams: flags.migrateStreams,
+        migrationLimit: flags.migrationLimit,
         natsSubject: flags.natsSubject,
       });
     } catch (err) {

@@ -103,6 +103,13 @@ export interface GatewayOptions {
   nats?: string;
   /** Subject prefix of the replicas that share state. Default `kvgate.sync.<poolName>`. */
   natsSubject?: string;
+  /**
+   * Resume a stream whose replica died after the first byte on another replica (migrate.ts);
+   * requests override it with `x-kvgate-migrate: on|off`. Default false.
+   */
+  migrateStreams?: boolean;
+  /** Migrations per stream at most. Default 3. */
+  migrationLimit?: number;
   log?: (line: string) => void;
 }
 
