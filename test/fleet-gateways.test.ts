@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
 import { test } from "node:test";
-import { parseScenario } from "../src/sim/fleet/scenario.ts";
+import { loadScenario, parseScenario } from "../src/sim/fleet/scenario.ts";
 import { simulate, stripWallClock } from "../src/sim/fleet/simulate.ts";
 
 const SCENARIO = `
@@ -51,4 +51,22 @@ test("N gateways: unsynced approximate indexes lose hits, synced ones keep them,
     return JSON.stringify(rest);
   };
   assert.equal(strip("one-synced"), strip("one"));
+});
+
+test("scenarios/gateways-sync.yaml: 1/2/4/8 gateways, synced and unsynced, and precise at 8", () => {
+  const sc = loadScenario("scenarios/gateways-sync.yaml");
+  assert.deepEqual(
+    sc.routers.map((r) => [r.name, r.gateways?.replicas ?? 1, r.gateways?.sync != null]),
+    [
+      ["gw1", 1, false],
+      ["gw2-unsynced", 2, false],
+      ["gw2-synced", 2, true],
+      ["gw4-unsynced", 4, false],
+      ["gw4-synced", 4, true],
+      ["gw8-unsynced", 8, false],
+      ["gw8-synced", 8, true],
+      ["gw8-precise", 8, false],
+    ],
+  );
+  assert.deepEqual(sc.routers[2].gateways?.sync, { delay: 0.001, interval: 0.02 });
 });

@@ -8,7 +8,7 @@
  * uninterrupted response.
  *
  * The token ids come from the replica itself: the upstream request carries `return_token_ids: true`
- * (vLLM ≥ 0.10.2 sends `prompt_token_ids` on its first chunk and each chunk's `token_ids`), and
+ * (vLLM's request field: `prompt_token_ids` on the first chunk, each chunk's `token_ids`), and
  * when the client did not ask for them they are removed on the way out. Only single-choice
  * streams (`n` 1, one prompt, no `echo`) migrate; anything else keeps the closing SSE error event.
  * A stop string that straddles the cut may be missed, and the sampler's RNG restarts on the new
