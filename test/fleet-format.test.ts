@@ -61,6 +61,20 @@ describe("simulate's comparison", () => {
     assert.equal(formatSaturatedStages(results([run("a", {}, [[1, 5, 480]])])), "");
   });
 
+  it("reads a barriered stage against its own bound when that is below the fleet's ceiling", () => {
+    const staged = {
+      ...limits,
+      stages: [{ index: 2, output_tokens_per_s: 800 }],
+    } as unknown as Limits;
+    const text = formatSaturatedStages({
+      limits: staged,
+      runs: [run("a", {}, [[2, 12, 720]])],
+    } as unknown as SimResults);
+    const rows = text.split("\n").filter((l) => /^\d/.test(l));
+    // 720 of the stage's 800 (not of the fleet's 1,000), with the bound in its own column.
+    assert.match(rows[0], /^2\s+12\s+800\s+90\.0%$/);
+  });
+
   it("ranks each router against the best one, and says what the fleet did", () => {
     const text = formatVerdicts(
       results([

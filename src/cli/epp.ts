@@ -9,6 +9,7 @@
  */
 
 import { type Command, Option } from "commander";
+import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { startKubernetesDiscovery } from "./epp-kubernetes.ts";
 import { bool, durationMs, integer, port, positive } from "./flag-values.ts";
 import { addSyncOptions, type SyncFlags } from "./sync-flags.ts";
@@ -43,6 +44,7 @@ interface Flags extends SyncFlags {
   metricsPort: number;
   adminPort?: number;
   poolName?: string;
+  autoscaleConfig?: string;
   poolNamespace: string;
   poolGroup: string;
   configFile?: string;
@@ -102,6 +104,7 @@ export function registerEpp(program: Command): Command {
     .option("--admin-port <port>", "full admin API (POST /explain, /reload) on 127.0.0.1; default off", port)
     .option("--pool-name <name>", "InferencePool to serve (Kubernetes discovery)")
     .option("--pool-namespace <ns>", "namespace of the InferencePool", process.env.NAMESPACE ?? "default")
+    .option(...AUTOSCALE_FLAG)
     .option("--pool-group <group>", "API group of the InferencePool", "inference.networking.k8s.io")
     .option("--config-file <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
     .option("--config-text <yaml>", "the EndpointPickerConfig itself")
@@ -211,6 +214,12 @@ async function run(flags: Flags, c: Command): Promise<void> {
   };
   process.once("SIGTERM", () => stop("SIGTERM"));
   process.once("SIGINT", () => stop("SIGINT"));
+  try {
+    startAutoscale(epp.gateway, flags.autoscaleConfig);
+  } catch (err) {
+    await epp.close();
+    c.error(`error: ${(err as Error).message}`, { exitCode: 2 });
+  }
   const tls = epp.grpc.secure
     ? `TLS ${epp.tlsOrigin === "self-signed" ? "self-signed" : `from ${epp.tlsOrigin}`}`
     : "plaintext";

@@ -7,8 +7,10 @@
  * drain in-flight requests (up to --drain-timeout-ms) and exit 0. Bad flags, endpoints or config
  * exit 2.
  */
+
 import type { Command } from "commander";
 import type { BoundAddress } from "../gateway/gateway.ts";
+import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { integer, oneOf, port, positive } from "./flag-values.ts";
 import { addPrefillLegOptions } from "./pd-flags.ts";
 import { addSyncOptions, type SyncFlags } from "./sync-flags.ts";
@@ -36,6 +38,7 @@ interface Flags extends SyncFlags {
   tokenizerCacheBytes: number;
   tokenizeTimeoutMs: number;
   poolName: string;
+  autoscaleConfig?: string;
   servedEndpointHeader: boolean;
   pdLegs: "gateway" | "sidecar";
   prefillFailurePolicy: "recompute" | "fail";
@@ -137,6 +140,7 @@ export function registerServe(program: Command): Command {
           false,
         )
         .option("--migration-limit <n>", "migrations per stream at most (--migrate-streams)", positive, 3)
+        .option(...AUTOSCALE_FLAG)
         .option(
           "--no-served-endpoint-header",
           "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
@@ -215,6 +219,11 @@ export function registerServe(program: Command): Command {
     };
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
+    try {
+      startAutoscale(gw.gateway, flags.autoscaleConfig);
+    } catch (err) {
+      cmd.error(`error: ${(err as Error).message}`, { exitCode: 2 });
+    }
     const n = gw.gateway.data.store.size;
     const g = gw.gateway;
     const precise = g.routing.precise.map((p) => p.typedName.name);

@@ -4,19 +4,33 @@
  * table per router, a comparison and the workload's theoretical limits; `--json` writes the
  * results file (simulated seconds). Progress and wall-clock timings go to stderr.
  */
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
+import { formatBreakdown } from "../bench/breakdown.ts";
+import { isAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
 import {
   formatComparison,
   formatLimits,
   formatRouter,
+  formatRunLimits,
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
+import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
+import { simulateAutoscale } from "./simulate-autoscale.ts";
+
+/** An autoscaling scenario (it has an `autoscale` section): run by simulate-autoscale.ts. */
+function isAutoscaleFile(file: string): boolean {
+  try {
+    return isAutoscaleScenario(readFileSync(file, "utf8"));
+  } catch {
+    return false;
+  }
+}
 
 interface Flags {
   json?: string;
@@ -33,6 +47,10 @@ const list = (v: string): string[] =>
 
 async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
+  if (isAutoscaleFile(file))
+    return simulateAutoscale(file, f).catch((e) =>
+      e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
+    );
   let sc: Scenario;
   try {
     sc = loadScenario(file);
@@ -55,6 +73,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
         const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";
         console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
+        if (o.run.breakdown) console.log(`${formatBreakdown(o.run.breakdown)}\n`);
       },
     });
   } catch (e) {
@@ -65,10 +84,12 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   console.log(formatComparison(res));
   console.log("");
   const fleets = wantsFleetComparison(res) ? formatFleetComparison(res) : "";
-  for (const section of [fleets, formatSaturatedStages(res), formatVerdicts(res)]) {
+  for (const section of [fleets, formatLocality(res), formatSaturatedStages(res), formatVerdicts(res)]) {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
+  const own = formatRunLimits(res);
+  if (own) console.log(own);
   console.error(
     `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
   );

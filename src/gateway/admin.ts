@@ -75,6 +75,12 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       });
       return json(res, 200, { endpoints, ready: gw.data.store.readyCount(now) });
     }
+    case "GET /autoscale":
+      return json(
+        res,
+        200,
+        gw.autoscale?.view() ?? { enabled: false, hint: "start with --autoscale-config FILE" },
+      );
     case "GET /flows": {
       const gate = flowGateOf(gw);
       return json(res, 200, gate ? { enabled: true, ...gate.snapshot() } : { enabled: false });
@@ -149,6 +155,8 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
     primaryProfile: result.primaryProfile,
     profilesRun: ex?.profilesRun ?? [],
     decision: ex?.decision ?? null,
+    ...(ex?.denied ? { denied: ex.denied } : {}),
+    ...(ex?.plugins ? { plugins: ex.plugins } : {}),
     candidates: (primary?.candidates ?? []).map((c) => ({
       address: c.id,
       total: c.total,

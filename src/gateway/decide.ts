@@ -21,6 +21,7 @@ import { resolvePriority } from "./model-objectives.ts";
 import { type RewriteDecision, resolveModelRewrite } from "./model-rewrite.ts";
 import { type ApiRoute, type ParsedRequest, parseRequestBody } from "./request-body.ts";
 import { decodeSessionToken, type Routing } from "./routing.ts";
+import { applySloHeaders } from "./slo-headers.ts";
 import { promptTokenIds } from "./tokenize.ts";
 
 let nextId = 0;
@@ -119,6 +120,7 @@ export function prepare(
     const sid = headerValue(headers, routing.sessionIdHeader);
     if (sid) facts.sessionId = sid.slice(0, 256);
   }
+  applySloHeaders(facts, headers);
   return { parsed, facts, candidates, routing, rewrite, now };
 }
 

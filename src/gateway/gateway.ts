@@ -17,6 +17,7 @@ import { DataLayer } from "../datalayer/datalayer.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
+import type { AutoscaleService } from "./autoscale.ts";
 import { TrafficCounts } from "./endpoint-traffic.ts";
 import { KvEventsWiring } from "./kv-events.ts";
 import { type BoundAddress, listen } from "./listen.ts";
@@ -147,6 +148,8 @@ export class Gateway {
   sync: NatsSync | null = null;
   /** Per-endpoint requests, retries and failures, for GET /endpoints. */
   readonly traffic = new TrafficCounts();
+  /** Autoscaling recommendations (--autoscale-config), fed by the request paths; null when off. */
+  autoscale: AutoscaleService | null = null;
   routing: Routing;
   modelObjectives: ModelObjectives;
   /** Set when the gateway tokenizes prompts (GatewayOptions.tokenizer, or precise mode's default). */

@@ -13,6 +13,7 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
+import { promptTokensOf } from "./autoscale.ts";
 import { decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import { watchUsage } from "./flow-usage.ts";
@@ -136,6 +137,8 @@ async function proxyRequest(
     res.setHeader(PD_HEADER, pdDecision === "prefill-decode" ? "decode-only" : pdDecision);
 
   m.requestRunning.inc(labels);
+  const promptTokens = promptTokensOf(facts);
+  gw.autoscale?.arrived(promptTokens);
   const usageSeen = watchUsage(gw, routing, facts.requestId, res);
   let served: string | null = null;
   let firstByteAt = 0;
@@ -211,9 +214,17 @@ async function proxyRequest(
       ).out;
     } else out = await forward(fwd);
   } finally {
-    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds());
+    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds(), {
+      outputTokens: usageSeen.outputTokens(),
+    });
     m.requestRunning.dec(labels);
-    usageSeen();
+    usageSeen.report();
+    gw.autoscale?.finished({
+      promptTokens,
+      outputTokens: usageSeen.outputTokens() ?? null,
+      ttft: firstByteAt ? (firstByteAt - t0) / 1000 : null,
+      e2e: (performance.now() - t0) / 1000,
+    });
   }
   if (firstByteAt) m.ttft.observe({ ...labels, streaming: String(facts.stream) }, (firstByteAt - t0) / 1000);
   switch (out.kind) {

@@ -8,6 +8,7 @@
  * they do behind `kvgate serve`.
  */
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
+import { promptTokensOf } from "../autoscale.ts";
 import type { Decision } from "../decide.ts";
 import { reportUsage } from "../flow-usage.ts";
 import type { Gateway } from "../gateway.ts";
@@ -31,6 +32,8 @@ export class Flight {
   #bytes = 0;
   #started = false;
   #done = false;
+  /** Seconds to the response's first byte, once it started. */
+  #ttft: number | null = null;
 
   constructor(gw: Gateway, metrics: EppMetrics, decision: Decision, t0: number) {
     this.#gw = gw;
@@ -44,6 +47,7 @@ export class Flight {
       rw && rw.target !== decision.clientModel ? new ModelNameRestorer(rw.target, rw.model) : null;
     gw.metrics.requestRunning.inc(decision.labels);
     gw.traffic.attempt(this.served, 0);
+    gw.autoscale?.arrived(promptTokensOf(decision.facts));
   }
 
   get done(): boolean {
@@ -62,6 +66,7 @@ export class Flight {
     if (eventStream) this.streaming = true;
     if (status > 0 && status < 500) this.#gw.data.store.reportRequestSuccess(this.served);
     const d = this.decision;
+    this.#ttft = (performance.now() - this.#t0) / 1000;
     this.#gw.metrics.ttft.observe(
       { ...d.labels, streaming: String(this.streaming) },
       (performance.now() - this.#t0) / 1000,
@@ -82,7 +87,9 @@ export class Flight {
     this.#done = true;
     const d = this.decision;
     const m = this.#gw.metrics;
-    d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds());
+    d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds(), {
+      outputTokens: this.#usage.completionTokens ?? undefined,
+    });
     m.requestRunning.dec(d.labels);
     reportUsage(this.#gw, d.routing, d.facts.requestId, this.#usage);
     if (!natural) return;
@@ -92,6 +99,12 @@ export class Flight {
     const u = this.#usage;
     if (u.promptTokens !== null) this.#metrics.inputTokens.observe(d.labels, u.promptTokens);
     if (u.completionTokens !== null) this.#metrics.outputTokens.observe(d.labels, u.completionTokens);
+    this.#gw.autoscale?.finished({
+      promptTokens: u.promptTokens ?? 0,
+      outputTokens: u.completionTokens,
+      ttft: this.#ttft,
+      e2e: (performance.now() - this.#t0) / 1000,
+    });
   }
 }
 

@@ -50,7 +50,11 @@ export type EventKind =
   /** Several gateways (gateways.ts): gateway `replica` takes its sync batch. */
   | "sync-flush"
   /** Gateway `replica`'s batch (request: its slot) reaches its peers. */
-  | "sync-deliver";
+  | "sync-deliver"
+  /** Flow control (flow.ts): the queue's TTL sweep, then a dispatch attempt. */
+  | "flow-sweep"
+  /** Autoscaling (autoscale.ts): replicas join, drain or leave. */
+  | "membership";
 
 export interface SimEvent {
   time: number;

@@ -32,19 +32,22 @@ import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { EngineInputError } from "../../engine/engine.ts";
 import { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
-import type { Admission } from "../../flow/admission.ts";
+import { type Admission, priorityOf } from "../../flow/admission.ts";
 import type { KVEventBatch } from "../../kv/events.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { Scheduler } from "../../scheduler/scheduler.ts";
 import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
+import { FLOW_SWEEP_S, type FlowSim } from "./flow.ts";
 import type { PdSummary } from "./format-pd.ts";
 import { type GatewaySyncConfig, SimGateways } from "./gateways.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { type LocalityConfig, oneWayDelay } from "./locality.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
+import { fleetStorage, type StorageSummary, storageSummary } from "./shared-storage.ts";
 import { oneTokenChunks } from "./step-timeline.ts";
 
 export interface FleetObserver {
@@ -58,6 +61,29 @@ export interface FleetObserver {
     candidates: readonly EndpointState[],
     target: string | null,
   ): void;
+  /** A request reached the gateway (its record has the prompt's token count). */
+  onArrive?(now: number, record: RequestRecord): void;
+  /** A request completed or was dropped (its record is final). */
+  onResolved?(now: number, record: RequestRecord): void;
+}
+
+/** What a membership controller (autoscale.ts) can do to a running fleet. */
+export interface FleetControl {
+  readonly replicas: readonly Replica[];
+  /** Pool index of each replica. */
+  readonly poolOf: readonly number[];
+  /** Adds a fresh replica of pool `pool` (cold cache), serving from now; returns its index. */
+  add(pool: number): number;
+  /** Stops routing new requests to replica i (it finishes what it holds), or routes to it again. */
+  setServing(i: number, serving: boolean): void;
+  /** Stops scraping replica i, once it has drained (it is gone from the fleet). */
+  retire(i: number): void;
+}
+
+/** Replicas joining and leaving during a run: woken at `start`, then at each time `wake` returns. */
+export interface FleetMembership {
+  start: number;
+  wake(now: number, ctl: FleetControl): number | undefined;
 }
 
 export interface FleetRunOptions {
@@ -74,7 +100,12 @@ export interface FleetRunOptions {
    * round-robin across them, and their state sync (null: each learns alone). Default: one gateway.
    */
   gateways?: { schedulers: Scheduler[]; sync: GatewaySyncConfig | null };
+  /** llm-d's legacy admission; not consulted when `flow` is given. */
   admission: Admission;
+  /** Flow control (flow.ts): requests wait at the gateway until its saturation detector lets them go. */
+  flow?: FlowSim | null;
+  /** InferenceObjective name → priority, for requests tagged with an objective (mix workloads). */
+  objectives?: ReadonlyMap<string, number>;
   /** Seeds the engines' output-token streams. */
   seed: number;
   /** Seconds between metric scrapes (> 0). */
@@ -91,6 +122,10 @@ export interface FleetRunOptions {
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
+  /** Replicas that join and leave (autoscale.ts); without it every replica serves the whole run. */
+  membership?: FleetMembership;
+  /** Regions (locality.ts): requests with an origin pay the one-way delay to and from their replica. */
+  locality?: LocalityConfig;
 }
 
 export interface FleetCounters {
@@ -117,6 +152,8 @@ export interface FleetRunResult {
   pd?: PdSummary;
   /** With several gateways: how many, and the sync batches merged into peers. */
   gateways?: { count: number; syncBatchesMerged: number };
+  /** The shared-storage tier's figures, when the fleet has one. */
+  storage?: StorageSummary;
 }
 
 const PENDING = 0;
@@ -141,6 +178,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   if (!(kvDelay >= 0) || !Number.isFinite(kvDelay))
     throw new RangeError(`kvEventsDelay must be ≥ 0, got ${kvDelay}`);
   const { workload, admission, observer } = o;
+  const flow = o.flow ?? null;
+  const objectives = o.objectives ?? new Map<string, number>();
   const q = new EventQueue();
   const gws = new SimGateways(o.gateways?.schedulers ?? [o.scheduler], q, o.gateways?.sync ?? null);
   const scheds = gws.schedulers;
@@ -157,17 +196,25 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const tok = o.tokenizer ?? new PromptTokenizer();
   // The tokenizer hands out one shared, never-modified array per distinct prompt: hash each once.
   const memo = new PromptHashMemo();
+  const storage = fleetStorage(o.fleet);
   const replicas: Replica[] = [];
-  for (const pool of o.pools ?? [o.fleet])
-    for (let k = 0; k < pool.replicas; k++)
-      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo));
-  const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
+  const poolOf: number[] = [];
+  const pools = o.pools ?? [o.fleet];
+  for (const [k, pool] of pools.entries())
+    for (let j = 0; j < pool.replicas; j++) {
+      poolOf.push(k);
+      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo, storage));
+    }
+  /** The replicas the router may pick (all of them unless a membership controller changes it). */
+  const candidates: EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
   const kvPending: KVEventBatch[][] = replicas.map(() => []);
-  const kvHead = new Int32Array(replicas.length);
+  const kvHead: number[] = replicas.map(() => 0);
   const byEndpoint = new Map(replicas.map((r) => [r.state.id, r.index]));
   const byId = new Map(replicas.map((r) => [r.state.id, r]));
+  /** Replicas scraped (not retired). */
+  const live = new Set(replicas);
   const specs = workload.requests;
   const n = specs.length;
   const indexOf = new Map<string, number>();
@@ -207,17 +254,26 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     if (status[i] === DONE) throw new Error(`INV-2: request ${specs[i].id} resolved twice`);
     status[i] = DONE;
     resolved++;
+    observer?.onResolved?.(now, records[i]);
     facts[i] = undefined;
     tokens[i] = undefined;
     arrivals.complete(specs[i].id, now);
     queueArrival();
   };
-  const drop = (i: number, kind: string, message: string, httpStatus?: number) => {
+  const drop = (i: number, kind: string, message: string, httpStatus?: number, reason?: string) => {
     const r = records[i];
     r.end = now;
-    r.error = { kind, message, ...(httpStatus !== undefined ? { status: httpStatus } : {}) };
+    r.error = {
+      kind,
+      message,
+      ...(httpStatus !== undefined ? { status: httpStatus } : {}),
+      ...(reason !== undefined ? { reason } : {}),
+    };
+    // A request flow control dispatched is no longer in flight: its slot may go to the next.
+    const freed = flow?.finished(specs[i].id, null) === true;
     counters.dropped++;
     resolve(i);
+    if (freed) pumpFlow();
   };
   const queueArrival = () => {
     const t = arrivals.nextTime();
@@ -248,6 +304,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       promptTokens: ids.length,
       completionTokens: 0,
     };
+    observer?.onArrive?.(now, records[i]);
     const f: RequestFacts = {
       requestId: spec.id,
       model: o.fleet.model,
@@ -256,12 +313,53 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         : { kind: "completion", prompt: spec.prompt ?? "" },
       maxTokens: spec.maxTokens,
       stream: true,
-      priority: 0,
+      priority: priorityOf(objectives, spec.tags?.objective),
       ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
       ...(withTokenIds ? { tokenIds: ids } : {}),
+      // A tagged request's SLOs, as the gateway reads x-llm-d-slo-ttft-ms / -tpot-ms.
+      ...(spec.tags?.sloTtftMs !== undefined ? { sloTtftMs: spec.tags.sloTtftMs } : {}),
+      ...(spec.tags?.sloTpotMs !== undefined ? { sloTpotMs: spec.tags.sloTpotMs } : {}),
+      ...(spec.origin !== undefined && o.locality ? { locality: { [o.locality.label]: spec.origin } } : {}),
     };
+    if (flow !== null) {
+      const rej = flow.enqueue(flow.request(spec, ids.length, now), now, candidates);
+      if (rej !== null) return drop(i, `http_${rej.status}`, rej.message, rej.status, rej.reason);
+      facts[i] = f;
+      tokens[i] = ids;
+      return pumpFlow();
+    }
     const adm = admission.admit(f, candidates, now);
-    if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
+    if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status, adm.reason);
+    route(i, f, ids);
+  };
+
+  /** Flow control lets go what it may now; while anything waits, its TTL sweep stays queued. */
+  let sweepQueued = false;
+  const pumpFlow = () => {
+    if (flow === null) return;
+    for (const d of flow.dispatch(now, candidates)) {
+      const i = indexOf.get(d.id) as number;
+      route(i, facts[i] as RequestFacts, tokens[i] as number[]);
+    }
+    if (flow.controller.size > 0 && !sweepQueued) {
+      sweepQueued = true;
+      q.push(now + FLOW_SWEEP_S, Priority.ARRIVAL, "flow-sweep");
+    }
+  };
+  const sweepFlow = () => {
+    sweepQueued = false;
+    const f = flow as FlowSim;
+    for (const e of f.expire(now, candidates)) {
+      const i = indexOf.get(e.id) as number;
+      const r = e.rejection;
+      drop(i, `http_${r.status}`, r.message, r.status, r.reason);
+    }
+    pumpFlow();
+  };
+
+  /** Schedules an admitted request and sends it on to its replica. */
+  const route = (i: number, f: RequestFacts, ids: number[]) => {
+    const spec = specs[i];
     const g = gws.nextGateway();
     const scheduler = scheds[g];
     gwOf[i] = g;
@@ -278,7 +376,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
-    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
+    records[i].endpoint = rep.state.id;
+    const hop = o.locality ? oneWayDelay(o.locality, spec.origin, rep.state.labels) : 0;
+    if (hop > 0) records[i].networkDelay = hop;
+    q.push(now + o.gatewayDelay + hop, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
   };
 
   const deliver = (e: SimEvent) => {
@@ -316,10 +417,14 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.completionTokens = rec.outputTokenIds.length;
     // A decode leg's transferred tokens are not prefix-cache hits.
     r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
-    scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now, {
+      outputTokens: r.completionTokens,
+    });
     gws.touched(gwOf[i], now);
     counters.completed++;
     resolve(i);
+    if (flow?.finished(specs[i].id, { promptTokens: r.promptTokens, outputTokens: r.completionTokens }))
+      pumpFlow();
   };
 
   const stepEnd = (rep: Replica) => {
@@ -369,7 +474,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     let lo = Number.POSITIVE_INFINITY;
     let hi = 0;
     let sum = 0;
-    for (const rep of replicas) {
+    for (const rep of live) {
       const m = rep.scrape(now);
       observer?.onScrape?.(now, rep.index, m);
       lo = Math.min(lo, m.kvCacheUsagePercent);
@@ -378,17 +483,47 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     }
     kvTicks.min += lo;
     kvTicks.max += hi;
-    kvTicks.mean += sum / replicas.length;
+    kvTicks.mean += sum / live.size;
     kvTicks.peak = Math.max(kvTicks.peak, hi);
     kvTicks.count++;
     counters.scrapes++;
     // k × interval rather than repeated addition, so scrape times carry no accumulated error.
     q.push(++scrapeTick * o.scrapeInterval, Priority.SCRAPE, "scrape");
+    // utilization-detector's saturation moves with the scrape.
+    if (flow !== null && flow.controller.size > 0) pumpFlow();
   };
 
   /** Engine request ids of CPU-tier loads in flight, by the index their offload-done event carries. */
   const offloadIds: (string | undefined)[] = [];
   const freeSlots: number[] = [];
+  const control: FleetControl = {
+    replicas,
+    poolOf,
+    add(pool) {
+      const rep = new Replica(replicas.length, withEvents(pools[pool]), o.seed, memo, storage);
+      replicas.push(rep);
+      poolOf.push(pool);
+      kvPending.push([]);
+      kvHead.push(0);
+      byEndpoint.set(rep.state.id, rep.index);
+      byId.set(rep.state.id, rep);
+      live.add(rep);
+      for (const p of precise) p.index.setEndpointModel(rep.state.id, o.fleet.model);
+      rep.scrape(now);
+      candidates.push(rep.state);
+      return rep.index;
+    },
+    setServing(i, serving) {
+      const st = replicas[i].state;
+      const at = candidates.indexOf(st);
+      if (serving && at < 0) candidates.push(st);
+      else if (!serving && at >= 0) candidates.splice(at, 1);
+    },
+    retire(i) {
+      live.delete(replicas[i]);
+    },
+  };
+  if (o.membership !== undefined) q.push(o.membership.start, Priority.SCRAPE, "membership");
   q.push(0, Priority.SCRAPE, "scrape");
   queueArrival();
   while (resolved < n) {
@@ -413,6 +548,11 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       case "sync-deliver":
         gws.handle(e, now);
         break;
+      case "membership": {
+        const next = (o.membership as FleetMembership).wake(now, control);
+        if (next !== undefined) q.push(Math.max(next, now), Priority.SCRAPE, "membership");
+        break;
+      }
       case "arrival":
         if (e.time === nextArrivalAt) nextArrivalAt = Number.POSITIVE_INFINITY;
         for (const s of arrivals.takeDue(now)) arrive(s.spec);
@@ -420,6 +560,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         break;
       case "deliver":
         deliver(e);
+        break;
+      case "flow-sweep":
+        sweepFlow();
         break;
       case "kv-start":
         (pd as PdRun).startTransfer(replicas[e.replica], e.request, now);
@@ -486,6 +629,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     endTime: now,
     ...(pd !== null ? { pd: pd.summary() } : {}),
     ...(gws.count > 1 ? { gateways: { count: gws.count, syncBatchesMerged: gws.merged } } : {}),
+    ...(storage !== undefined ? { storage: storageSummary(storage, replicas) } : {}),
   };
 }
 

@@ -27,6 +27,13 @@ export class StepTimeline {
     this.#segments[this.#segments.length - 1][this.#used++] = end;
   }
 
+  /** The latest step end pushed, if any. */
+  last(): number | undefined {
+    const segs = this.#segments;
+    if (segs.length === 0 || this.#used === 0) return undefined;
+    return segs[segs.length - 1][this.#used - 1];
+  }
+
   /**
    * `times` (ascending token times of one request on this replica) as a Float64Array holding the
    * same values: a view of the timeline when they are consecutive entries of one segment, else a copy.
