@@ -12,6 +12,7 @@ import { type Command, Option } from "commander";
 import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { startKubernetesDiscovery } from "./epp-kubernetes.ts";
 import { bool, durationMs, integer, port, positive } from "./flag-values.ts";
+import { addSyncOptions, type SyncFlags } from "./sync-flags.ts";
 
 export { durationMs } from "./flag-values.ts";
 
@@ -36,7 +37,7 @@ const METRIC_FLAGS: Record<string, { known: string[]; what: string }> = {
   loraInfoMetric: { known: ["vllm:lora_requests_info"], what: "--lora-info-metric" },
 };
 
-interface Flags {
+interface Flags extends SyncFlags {
   host: string;
   grpcPort: number;
   grpcHealthPort: number;
@@ -131,6 +132,7 @@ export function registerEpp(program: Command): Command {
     .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
     .option("--tokenizer <dir|sim|endpoint>", "tokenize prompts for the prefix index (as kvgate serve)")
     .option("--seed <n>", "seed of the picker's tie-breaks and rewrite draws", integer, 1);
+  addSyncOptions(cmd);
   for (const { known, what } of Object.values(METRIC_FLAGS))
     cmd.option(`${what} <name>`, `scraped metric name (kvgate reads ${known.join(", ")})`);
   return cmd.action(async (flags: Flags, c: Command) => {
@@ -184,6 +186,8 @@ async function run(flags: Flags, c: Command): Promise<void> {
       tokenizer: flags.tokenizer,
       poolName: flags.poolName ?? "kvgate",
       seed: flags.seed,
+      nats: flags.nats,
+      natsSubject: flags.natsSubject,
     });
   } catch (err) {
     await k8s?.close();

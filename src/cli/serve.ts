@@ -13,8 +13,9 @@ import type { BoundAddress } from "../gateway/gateway.ts";
 import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { integer, oneOf, port, positive } from "./flag-values.ts";
 import { addPrefillLegOptions } from "./pd-flags.ts";
+import { addSyncOptions, type SyncFlags } from "./sync-flags.ts";
 
-interface Flags {
+interface Flags extends SyncFlags {
   host: string;
   port: number;
   adminHost: string;
@@ -44,6 +45,8 @@ interface Flags {
   prefillMaxRetries: number;
   prefillRetryBackoff: number;
   prefillTimeout: number;
+  migrateStreams: boolean;
+  migrationLimit: number;
 }
 
 /**
@@ -58,79 +61,98 @@ export function where(b: BoundAddress): string {
 /** Adds the `serve` command to the program. */
 export function registerServe(program: Command): Command {
   return addPrefillLegOptions(
-    program
-      .command("serve")
-      .description(
-        "Run the gateway: route each OpenAI request to the replica holding its prefix, unless saturated.",
-      )
-      .option("--host <host>", "public address to listen on", "0.0.0.0")
-      .option("--port <port>", "public port (OpenAI API; 0 = any free port)", port, 8080)
-      .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
-      .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
-      .option("--endpoints <list>", "replicas as host:port,host:port,...")
-      .option(
-        "--endpoints-file <path>",
-        "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
-      )
-      .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
-      .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
-      .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
-      .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
-      .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
-      .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
-      .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
-      .option("--drain-timeout-ms <n>", "on SIGTERM, how long in-flight requests may finish", integer, 30_000)
-      .option(
-        "--headers-timeout-ms <n>",
-        "a client must send its request headers within this",
-        positive,
-        30_000,
-      )
-      .option(
-        "--request-timeout-ms <n>",
-        "a client must send its whole request within this",
-        positive,
-        120_000,
-      )
-      .option(
-        "--upstream-timeout-ms <n>",
-        "a replica must send headers, and then each chunk, within this",
-        positive,
-        300_000,
-      )
-      .option(
-        "--failure-threshold <n>",
-        "failed metric scrapes in a row that make a replica unhealthy",
-        positive,
-        3,
-      )
-      .option(
-        "--tokenizer <dir|sim|endpoint>",
-        "tokenize prompts for the prefix index: a tokenizer.json directory, sim, or endpoint (alias " +
-          "remote: ask a candidate replica's vLLM POST /tokenize, 250 ms timeout, no ids on failure); " +
-          "local ones cache token ids per prompt segment split at special tokens (precise mode: the " +
-          "served model's tokenizer, so ids match vLLM's; default sim)",
-      )
-      .option(
-        "--tokenizer-cache-bytes <n>",
-        "byte budget of the local tokenizer's per-segment id cache (LRU; 0 disables)",
-        (v: string) => (v === "0" ? 0 : positive(v)),
-        64 * 1024 * 1024,
-      )
-      .option("--tokenize-timeout-ms <n>", "timeout of a --tokenizer endpoint /tokenize call", positive, 250)
-      .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
-      .option(...AUTOSCALE_FLAG)
-      .option(
-        "--no-served-endpoint-header",
-        "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
-      )
-      .option(
-        "--pd-legs <gateway|sidecar>",
-        "P/D (a disagg-profile-handler config): gateway = kvgate sends the prefill leg, then the decode " +
-          "leg; sidecar = kvgate only sets x-prefiller-host-port for the decode pod's routing sidecar",
-        oneOf("gateway", "sidecar"),
-        "gateway",
-      ),
+    addSyncOptions(
+      program
+        .command("serve")
+        .description(
+          "Run the gateway: route each OpenAI request to the replica holding its prefix, unless saturated.",
+        )
+        .option("--host <host>", "public address to listen on", "0.0.0.0")
+        .option("--port <port>", "public port (OpenAI API; 0 = any free port)", port, 8080)
+        .option("--admin-host <host>", "admin API address (keep it private)", "127.0.0.1")
+        .option("--admin-port <port>", "admin API port: /endpoints, /explain, /reload, /metrics", port, 9090)
+        .option("--endpoints <list>", "replicas as host:port,host:port,...")
+        .option(
+          "--endpoints-file <path>",
+          "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
+        )
+        .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
+        .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
+        .option("--scrape-interval-ms <n>", "metrics poll period per replica", positive, 100)
+        .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
+        .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
+        .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
+        .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
+        .option(
+          "--drain-timeout-ms <n>",
+          "on SIGTERM, how long in-flight requests may finish",
+          integer,
+          30_000,
+        )
+        .option(
+          "--headers-timeout-ms <n>",
+          "a client must send its request headers within this",
+          positive,
+          30_000,
+        )
+        .option(
+          "--request-timeout-ms <n>",
+          "a client must send its whole request within this",
+          positive,
+          120_000,
+        )
+        .option(
+          "--upstream-timeout-ms <n>",
+          "a replica must send headers, and then each chunk, within this",
+          positive,
+          300_000,
+        )
+        .option(
+          "--failure-threshold <n>",
+          "failed metric scrapes in a row that make a replica unhealthy",
+          positive,
+          3,
+        )
+        .option(
+          "--tokenizer <dir|sim|endpoint>",
+          "tokenize prompts for the prefix index: a tokenizer.json directory, sim, or endpoint (alias " +
+            "remote: ask a candidate replica's vLLM POST /tokenize, 250 ms timeout, no ids on failure); " +
+            "local ones cache token ids per prompt segment split at special tokens (precise mode: the " +
+            "served model's tokenizer, so ids match vLLM's; default sim)",
+        )
+        .option(
+          "--tokenizer-cache-bytes <n>",
+          "byte budget of the local tokenizer's per-segment id cache (LRU; 0 disables)",
+          (v: string) => (v === "0" ? 0 : positive(v)),
+          64 * 1024 * 1024,
+        )
+        .option(
+          "--tokenize-timeout-ms <n>",
+          "timeout of a --tokenizer endpoint /tokenize call",
+          positive,
+          250,
+        )
+        .option("--pool-name <name>", "InferencePool name in pool metrics", "kvgate")
+        .option(
+          "--migrate-streams",
+          "when a replica dies mid-stream, resume the response on another replica (prompt + generated " +
+            "token ids) in the same SSE stream; per request: x-kvgate-migrate: on|off",
+          false,
+        )
+        .option("--migration-limit <n>", "migrations per stream at most (--migrate-streams)", positive, 3)
+        .option(...AUTOSCALE_FLAG)
+        .option(
+          "--no-served-endpoint-header",
+          "do not add x-gateway-destination-endpoint-served (the replica that answered) to responses",
+        )
+        .option(
+          "--pd-legs <gateway|sidecar>",
+          "P/D (a disagg-profile-handler config): gateway = kvgate sends the prefill leg, then the decode " +
+            "leg; sidecar = kvgate only sets x-prefiller-host-port for the decode pod's routing sidecar",
+          oneOf("gateway", "sidecar"),
+          "gateway",
+        ),
+    ),
   ).action(async (flags: Flags, cmd: Command) => {
     if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
       cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
@@ -169,6 +191,10 @@ export function registerServe(program: Command): Command {
         prefillMaxRetries: flags.prefillMaxRetries,
         prefillRetryBackoffMs: flags.prefillRetryBackoff,
         prefillTimeoutMs: flags.prefillTimeout,
+        nats: flags.nats,
+        migrateStreams: flags.migrateStreams,
+        migrationLimit: flags.migrationLimit,
+        natsSubject: flags.natsSubject,
       });
     } catch (err) {
       const e = err as Error & { code?: string };

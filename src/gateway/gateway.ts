@@ -8,6 +8,7 @@
  * every endpoint's vLLM KV events for each of them (kv-events.ts), following the endpoint set, the
  * config reloads and shutdown, and it tokenizes prompts (the sim tokenizer unless --tokenizer is given).
  */
+import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { Socket } from "node:net";
@@ -24,6 +25,7 @@ import { GatewayMetrics } from "./metrics.ts";
 import { loadModelObjectives, type ModelObjectives } from "./model-objectives.ts";
 import { buildRouting, type Routing } from "./routing.ts";
 import { handlePublic } from "./server.ts";
+import { NatsSync } from "./sync/nats-sync.ts";
 import { isEndpointTokenizerSpec, loadGatewayTokenizer } from "./tokenize.ts";
 import { EndpointTokenizer } from "./tokenize-endpoint.ts";
 
@@ -95,6 +97,20 @@ export interface GatewayOptions {
   /** A prefill attempt must be answered in full within this. Default 60 s. */
   prefillTimeoutMs?: number;
   seed?: number;
+  /**
+   * nats://host:port: share routing state with the other gateway replicas on the same subject
+   * (sync/nats-sync.ts). Default: none (a single gateway needs nothing).
+   */
+  nats?: string;
+  /** Subject prefix of the replicas that share state. Default `kvgate.sync.<poolName>`. */
+  natsSubject?: string;
+  /**
+   * Resume a stream whose replica died after the first byte on another replica (migrate.ts);
+   * requests override it with `x-kvgate-migrate: on|off`. Default false.
+   */
+  migrateStreams?: boolean;
+  /** Migrations per stream at most. Default 3. */
+  migrationLimit?: number;
   log?: (line: string) => void;
 }
 
@@ -128,6 +144,8 @@ export class Gateway {
     GatewayOptions;
   readonly data: DataLayer;
   readonly metrics = new GatewayMetrics();
+  /** Routing-state sync with peer gateways (--nats), or null. */
+  sync: NatsSync | null = null;
   /** Per-endpoint requests, retries and failures, for GET /endpoints. */
   readonly traffic = new TrafficCounts();
   /** Autoscaling recommendations (--autoscale-config), fed by the request paths; null when off. */
@@ -261,6 +279,7 @@ export class Gateway {
           previous: this.routing,
         });
         this.routing = next;
+        this.sync?.attach(next.scheduler, configFingerprint(next.configText));
         next.scheduler.retainEndpoints(new Set(this.data.store.all().map((r) => r.spec.id)));
         this.syncKvEvents();
         if (await this.ensureTokenizer())
@@ -304,11 +323,17 @@ export class Gateway {
       this.adminServer.close(() => r());
       this.adminServer.closeAllConnections();
     });
+    await this.sync?.close();
     await this.data.close();
     await this.kvEvents.close();
     await Promise.all([...this.#pools.values()].map((p) => p.destroy().catch(() => {})));
     this.#pools.clear();
   }
+}
+
+/** Peers merge each other's state only when their routing configs are the same text. */
+export function configFingerprint(configText: string): string {
+  return createHash("sha256").update(configText).digest("hex").slice(0, 16);
 }
 
 function stripUndefined<T extends object>(o: T): T {
@@ -365,6 +390,16 @@ export async function createGateway(opts: GatewayOptions, source?: EndpointSourc
 export function startDataLayer(gw: Gateway): void {
   gw.data.start();
   gw.syncKvEvents();
+  if (gw.opts.nats) {
+    gw.sync = new NatsSync(gw.routing.scheduler, {
+      url: gw.opts.nats,
+      subject: gw.opts.natsSubject ?? `kvgate.sync.${gw.opts.poolName.replace(/[^\w-]/g, "_")}`,
+      config: configFingerprint(gw.routing.configText),
+      registry: gw.metrics.registry,
+      log: (l) => gw.log(l),
+    });
+    gw.sync.start();
+  }
   for (const w of gw.routing.warnings) gw.log(`kvgate: config warning: ${w}`);
 }
 

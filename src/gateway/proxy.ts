@@ -43,6 +43,14 @@ export interface ForwardRequest {
   rewriter?: ResponseRewriter;
   /** The last endpoint's 5xx goes to the client as is, instead of ending the attempts as "exhausted". */
   passLastError?: boolean;
+  /**
+   * Mid-stream migration (migrate.ts): after `failed` broke an SSE stream, an upstream on another
+   * endpoint that continues it (its chunks go through the same rewriter), or null to give up.
+   */
+  migrate?(
+    failed: string,
+    message: string,
+  ): Promise<{ endpoint: string; up: Dispatcher.ResponseData } | null>;
 }
 
 /** A response-body transform: `start` once before the first chunk, then `chunk` per piece, `end` once. */
@@ -175,7 +183,7 @@ async function stream(
   r: ForwardRequest,
   id: string,
   up: Dispatcher.ResponseData,
-  first: IteratorResult<Buffer>,
+  first: IteratorResult<Buffer> | null,
   it: AsyncIterator<Buffer>,
   failures: AttemptFailure[],
 ): Promise<ForwardOutcome> {
@@ -214,27 +222,32 @@ async function stream(
     pending = cut < data.length ? data.subarray(cut) : null;
     await write(data.subarray(0, cut));
   };
-  try {
-    let next = first;
-    while (!next.done) {
-      await push(next.value);
-      if (res.destroyed) {
-        up.body.destroy();
-        return { kind: "client-gone", endpoint: id };
+  const status = up.statusCode;
+  for (;;) {
+    try {
+      let next = first ?? (await it.next());
+      first = null;
+      while (!next.done) {
+        await push(next.value);
+        if (res.destroyed) {
+          up.body.destroy();
+          return { kind: "client-gone", endpoint: id };
+        }
+        next = await it.next();
       }
-      next = await it.next();
+      break;
+    } catch (err) {
+      if (r.signal.aborted || res.destroyed) return { kind: "client-gone", endpoint: id };
+      const message = `upstream ${id} failed mid-response: ${describe(err)}`;
+      const resumed = sse && r.migrate ? await r.migrate(id, message) : null;
+      if (resumed === null) return failedMidstream(r, sse, tail, id, status, bytes, message);
+      // The dead upstream's partial event is dropped; the new one continues after the last whole one.
+      pending = null;
+      id = resumed.endpoint;
+      up = resumed.up;
+      up.body.on("error", () => {});
+      it = up.body[Symbol.asyncIterator]();
     }
-  } catch (err) {
-    if (r.signal.aborted || res.destroyed) return { kind: "client-gone", endpoint: id };
-    const message = `upstream ${id} failed mid-response: ${describe(err)}`;
-    if (sse) {
-      // A partial event is dropped: the client's parser would choke on it.
-      if (!/data: ?\[DONE\]\s*$/.test(tail)) res.write(sseErrorEvent(message));
-      res.end();
-    } else {
-      res.destroy(); // a truncated body the client sees as an error, not a hang
-    }
-    return { kind: "failed-midstream", endpoint: id, status: up.statusCode, bytes, error: message };
   }
   if (pending) await write(pending);
   const rest = rw?.end();
@@ -243,5 +256,25 @@ async function stream(
     res.write(rest);
   }
   res.end();
-  return { kind: "completed", endpoint: id, status: up.statusCode, bytes, failures };
+  return { kind: "completed", endpoint: id, status, bytes, failures };
+}
+
+function failedMidstream(
+  r: ForwardRequest,
+  sse: boolean,
+  tail: string,
+  id: string,
+  status: number,
+  bytes: number,
+  message: string,
+): ForwardOutcome {
+  const { res } = r;
+  if (sse) {
+    // A partial event is dropped: the client's parser would choke on it.
+    if (!/data: ?\[DONE\]\s*$/.test(tail)) res.write(sseErrorEvent(message));
+    res.end();
+  } else {
+    res.destroy(); // a truncated body the client sees as an error, not a hang
+  }
+  return { kind: "failed-midstream", endpoint: id, status, bytes, error: message };
 }

@@ -20,6 +20,7 @@ import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
 import { forwardRequestHeaders, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";
+import { armMigration, wantsMigration } from "./migrate-wiring.ts";
 import type { JsonObject } from "./pd/bodies.ts";
 import { pdApiOf } from "./pd/bodies.ts";
 import { DEFAULT_PD_LEG_OPTIONS, PD_HEADER, runPdLegs } from "./pd/legs.ts";
@@ -182,6 +183,12 @@ async function proxyRequest(
         routing.scheduler.onResponseStarted(facts, id, monotonicSeconds());
       },
     };
+    // Mid-stream migration: not for P/D legs (their decode leg's KV came from the prefiller).
+    if (prefillHost === null && facts.stream && wantsMigration(gw, req.headers))
+      armMigration(gw, route, facts.model, body, fwd, reportFailure, (id) => {
+        served = id;
+        gw.traffic.attempt(id, 1);
+      });
     if (prefillHost !== null && pdApi !== null) {
       const o = gw.opts;
       out = (

@@ -53,7 +53,7 @@ interface Binding {
   lastSeen: number;
 }
 
-class SessionAffinity implements PreRequestHook {
+export class SessionAffinity implements PreRequestHook {
   readonly typedName: TypedName;
   readonly #bindings = new Map<string, Binding>();
   readonly #perEndpoint = new Map<string, number>();
@@ -62,6 +62,8 @@ class SessionAffinity implements PreRequestHook {
   readonly #sweepEvery: number;
   #lastSweep = Number.NEGATIVE_INFINITY;
   #cursor = 0;
+  /** Told of every session_id binding this plugin makes (gateway replicas share them: sync.ts). */
+  onBind: ((sessionId: string, endpointId: string, now: number) => void) | null = null;
 
   constructor(
     type: string,
@@ -114,11 +116,18 @@ class SessionAffinity implements PreRequestHook {
     const profile = this.params.profileName ?? result.primaryProfile;
     const target = result.profiles[profile]?.target;
     if (!target) return;
+    this.bind(sid, target.id, now);
+    this.onBind?.(sid, target.id, now);
+  }
+
+  /** Binds a session to an endpoint (after a pick, or a peer gateway's binding); session_id only. */
+  bind(sid: string, endpointId: string, now: number): void {
+    if (!this.#byId) return;
     const prev = this.#bindings.get(sid);
-    this.#bindings.set(sid, { endpointId: target.id, lastSeen: now });
-    if (prev?.endpointId === target.id) return;
+    this.#bindings.set(sid, { endpointId, lastSeen: now });
+    if (prev?.endpointId === endpointId) return;
     if (prev) this.#count(prev.endpointId, -1);
-    this.#count(target.id, 1);
+    this.#count(endpointId, 1);
   }
 
   retainEndpoints(pool: ReadonlySet<string>): void {

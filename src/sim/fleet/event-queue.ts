@@ -47,6 +47,10 @@ export type EventKind =
   | "kv-done"
   /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
   | "offload-done"
+  /** Several gateways (gateways.ts): gateway `replica` takes its sync batch. */
+  | "sync-flush"
+  /** Gateway `replica`'s batch (request: its slot) reaches its peers. */
+  | "sync-deliver"
   /** Flow control (flow.ts): the queue's TTL sweep, then a dispatch attempt. */
   | "flow-sweep"
   /** Autoscaling (autoscale.ts): replicas join, drain or leave. */

@@ -41,6 +41,7 @@ import type { EndpointMetrics, EndpointState, RequestFacts } from "../../schedul
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
 import { FLOW_SWEEP_S, type FlowSim } from "./flow.ts";
 import type { PdSummary } from "./format-pd.ts";
+import { type GatewaySyncConfig, SimGateways } from "./gateways.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import { type LocalityConfig, oneWayDelay } from "./locality.ts";
 import { PdRun } from "./pd.ts";
@@ -94,6 +95,11 @@ export interface FleetRunOptions {
   kvLink?: KvLinkConfig;
   workload: Workload;
   scheduler: Scheduler;
+  /**
+   * Several gateway replicas (gateways.ts): their schedulers (the first is `scheduler`), requests
+   * round-robin across them, and their state sync (null: each learns alone). Default: one gateway.
+   */
+  gateways?: { schedulers: Scheduler[]; sync: GatewaySyncConfig | null };
   /** llm-d's legacy admission; not consulted when `flow` is given. */
   admission: Admission;
   /** Flow control (flow.ts): requests wait at the gateway until its saturation detector lets them go. */
@@ -144,6 +150,8 @@ export interface FleetRunResult {
   endTime: number;
   /** P/D figures, when the fleet has a prefill pool. */
   pd?: PdSummary;
+  /** With several gateways: how many, and the sync batches merged into peers. */
+  gateways?: { count: number; syncBatchesMerged: number };
   /** The shared-storage tier's figures, when the fleet has one. */
   storage?: StorageSummary;
 }
@@ -169,10 +177,14 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const kvDelay = o.kvEventsDelay ?? 0;
   if (!(kvDelay >= 0) || !Number.isFinite(kvDelay))
     throw new RangeError(`kvEventsDelay must be ≥ 0, got ${kvDelay}`);
-  const { workload, scheduler, admission, observer } = o;
+  const { workload, admission, observer } = o;
   const flow = o.flow ?? null;
   const objectives = o.objectives ?? new Map<string, number>();
-  const precise = preciseProducers(scheduler);
+  const q = new EventQueue();
+  const gws = new SimGateways(o.gateways?.schedulers ?? [o.scheduler], q, o.gateways?.sync ?? null);
+  const scheds = gws.schedulers;
+  // Every gateway subscribes to the replicas' KV events itself: precise routing needs no sync.
+  const precise = scheds.flatMap(preciseProducers);
   for (const p of precise)
     if (p.blockSizeTokens !== o.fleet.blockSize)
       throw new RangeError(
@@ -203,7 +215,6 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const byId = new Map(replicas.map((r) => [r.state.id, r]));
   /** Replicas scraped (not retired). */
   const live = new Set(replicas);
-  const q = new EventQueue();
   const specs = workload.requests;
   const n = specs.length;
   const indexOf = new Map<string, number>();
@@ -220,6 +231,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const facts: Array<RequestFacts | undefined> = new Array(n);
   const tokens: Array<number[] | undefined> = new Array(n);
   const started = new Uint8Array(n);
+  /** The gateway that picked request i. */
+  const gwOf = new Uint16Array(n);
   const arrivals = new ArrivalScheduler(workload);
   const counters: FleetCounters = {
     events: 0,
@@ -347,6 +360,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   /** Schedules an admitted request and sends it on to its replica. */
   const route = (i: number, f: RequestFacts, ids: number[]) => {
     const spec = specs[i];
+    const g = gws.nextGateway();
+    const scheduler = scheds[g];
+    gwOf[i] = g;
     const result = scheduler.schedule(f, candidates, now);
     observer?.onSchedule?.(now, f, candidates, result.target?.id ?? null);
     if (result.failure !== null || result.target === null) {
@@ -356,6 +372,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     const rep = byId.get(result.target.id);
     if (rep === undefined) throw new Error(`scheduler picked unknown endpoint ${result.target.id}`);
     scheduler.onPicked(f, result, now);
+    gws.touched(g, now);
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
@@ -382,7 +399,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       );
     } catch (err) {
       if (!(err instanceof EngineInputError)) throw err;
-      scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+      scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
       pd?.forget(i, spec.id);
       return drop(i, "http_400", err.message, 400);
     }
@@ -400,9 +417,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.completionTokens = rec.outputTokenIds.length;
     // A decode leg's transferred tokens are not prefix-cache hits.
     r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
-    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now, {
+    scheds[gwOf[i]].onResponseComplete(facts[i] as RequestFacts, rep.state.id, now, {
       outputTokens: r.completionTokens,
     });
+    gws.touched(gwOf[i], now);
     counters.completed++;
     resolve(i);
     if (flow?.finished(specs[i].id, { promptTokens: r.promptTokens, outputTokens: r.completionTokens }))
@@ -427,7 +445,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       }
       if (started[i] === 0) {
         started[i] = 1;
-        scheduler.onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
+        scheds[gwOf[i]].onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
       }
       if (out.record !== undefined) finish(i, rep, out.record);
     }
@@ -526,6 +544,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       case "scrape":
         scrape();
         break;
+      case "sync-flush":
+      case "sync-deliver":
+        gws.handle(e, now);
+        break;
       case "membership": {
         const next = (o.membership as FleetMembership).wake(now, control);
         if (next !== undefined) q.push(Math.max(next, now), Priority.SCRAPE, "membership");
@@ -606,6 +628,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters,
     endTime: now,
     ...(pd !== null ? { pd: pd.summary() } : {}),
+    ...(gws.count > 1 ? { gateways: { count: gws.count, syncBatchesMerged: gws.merged } } : {}),
     ...(storage !== undefined ? { storage: storageSummary(storage, replicas) } : {}),
   };
 }

@@ -88,6 +88,19 @@ const RouterSchema = z.strictObject({
   fleet: FleetSchema.optional(),
   /** This run's KV link instead of the scenario's (to compare transports). */
   kvLink: KvLinkSchema.optional(),
+  /**
+   * Several gateway replicas, each its own scheduler, requests round-robin across them; `sync`
+   * shares their routing state as `kvgate serve --nats` does (syncDelayMs from a batch's take to
+   * its merge on the peers; syncIntervalMs between a gateway's batches, the live default 20).
+   */
+  gateways: z
+    .strictObject({
+      replicas: posInt,
+      sync: z.boolean().default(false),
+      syncDelayMs: z.number().finite().nonnegative().default(1),
+      syncIntervalMs: z.number().finite().positive().default(20),
+    })
+    .optional(),
 });
 
 export const ScenarioSchema = z.strictObject({
@@ -136,6 +149,8 @@ export interface RouterSpec {
   configText: string;
   /** Where the config came from: a resolved path, or "inline". */
   source: string;
+  /** Gateway replicas (default 1) and their sync (null: none). */
+  gateways?: { replicas: number; sync: { delay: number; interval: number } | null };
 }
 
 /** A scenario with every default applied and every file read. */
@@ -311,9 +326,18 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
   const routers = s.routers.map((r, i): RouterSpec => {
     if (names.has(r.name)) fail(origin, `routers[${i}].name`, `duplicate router name "${r.name}"`);
     names.add(r.name);
+    const g = r.gateways;
     const own = {
       pools: r.fleet ? resolvePools(origin, `routers[${i}].fleet`, r.fleet, dir, s) : pools,
       kvLink: r.kvLink ? resolveLink(origin, `routers[${i}].kvLink`, r.kvLink, s.kvLink) : link,
+      ...(g
+        ? {
+            gateways: {
+              replicas: g.replicas,
+              sync: g.sync ? { delay: g.syncDelayMs / 1000, interval: g.syncIntervalMs / 1000 } : null,
+            },
+          }
+        : {}),
     };
     if (own.pools[0].model !== pools[0].model)
       fail(

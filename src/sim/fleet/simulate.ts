@@ -15,7 +15,7 @@ import { Admission, admissionFromConfig } from "../../flow/admission.ts";
 import { printConfig } from "../../scheduler/defaults.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
-import { createScheduler } from "../../scheduler/scheduler.ts";
+import { createScheduler, type Scheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
 import { FlowSim } from "./flow.ts";
 import { computeLimits, type Limits } from "./limits.ts";
@@ -201,8 +201,12 @@ export async function runRouter(
   const w0 = performance.now();
   const c0 = threadCpuSeconds();
   let created: Awaited<ReturnType<typeof createScheduler>>;
+  const peers: Scheduler[] = [];
   try {
     created = await createScheduler(r.configText, { seed: sc.seed });
+    // More gateway replicas: one scheduler each, seeded apart (gateways.ts).
+    for (let k = 1; k < (r.gateways?.replicas ?? 1); k++)
+      peers.push((await createScheduler(r.configText, { seed: sc.seed + k })).scheduler);
   } catch (err) {
     throw new ScenarioError(
       `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
@@ -224,6 +228,7 @@ export async function runRouter(
     kvLink: r.kvLink,
     workload,
     scheduler: created.scheduler,
+    ...(r.gateways ? { gateways: { schedulers: [created.scheduler, ...peers], sync: r.gateways.sync } } : {}),
     admission,
     flow,
     objectives,

@@ -60,6 +60,11 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly prefillRates = new PrefillRateEstimator();
   /** Recent picks per endpoint (time, uncached prompt tokens): KV a scrape has not seen yet. */
   readonly recentPicks = new RecentPicks();
+  /**
+   * Peer gateways' in-flight load (src/scheduler/sync.ts), per peer: endpoint → [requests, tokens],
+   * summed into the counters the scorers read. Empty for a single gateway.
+   */
+  readonly #peers = new Map<string, Map<string, readonly [number, number]>>();
 
   constructor(
     name: string,
@@ -183,7 +188,52 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     }
   }
 
+  /**
+   * Replaces one peer gateway's reported in-flight load (null: the peer is gone or stale). The
+   * counters the scorers read become own + every peer's last report.
+   */
+  setPeerLoad(peer: string, load: ReadonlyMap<string, readonly [number, number]> | null): void {
+    const c = this.#counters;
+    const old = this.#peers.get(peer);
+    if (old !== undefined)
+      for (const [id, [r, t]] of old) {
+        c.bump(REQUESTS, id, -r);
+        c.bump(TOKENS, id, -t);
+      }
+    if (load === null || load.size === 0) {
+      this.#peers.delete(peer);
+      return;
+    }
+    const copy = new Map<string, readonly [number, number]>();
+    for (const [id, [r, t]] of load) {
+      if (!(r > 0 || t > 0)) continue;
+      copy.set(id, [r, t]);
+      c.bump(REQUESTS, id, r);
+      c.bump(TOKENS, id, t);
+    }
+    this.#peers.set(peer, copy);
+  }
+
+  /** This gateway's own in-flight load, without its peers': endpoint → [requests, tokens]. */
+  localLoad(): Map<string, [number, number]> {
+    const out = new Map<string, [number, number]>();
+    const c = this.#counters;
+    for (const id of new Set([...c.requests.keys(), ...c.tokens.keys()]))
+      out.set(id, [c.requests.get(id) ?? 0, c.tokens.get(id) ?? 0]);
+    for (const peer of this.#peers.values())
+      for (const [id, [r, t]] of peer) {
+        const v = out.get(id);
+        if (v === undefined) continue;
+        v[0] -= r;
+        v[1] -= t;
+      }
+    for (const [id, [r, t]] of out) if (!(r > 0 || t > 0)) out.delete(id);
+    return out;
+  }
+
   retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const peer of this.#peers.values())
+      for (const id of [...peer.keys()]) if (!pool.has(id)) peer.delete(id);
     this.#counters.retain(pool);
     this.prefillRates.retain(pool);
     this.recentPicks.retain(pool);

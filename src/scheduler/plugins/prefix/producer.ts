@@ -63,6 +63,12 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   readonly #chains = new ChainCache();
   #hitBlocks = 0;
   #lookupBlocks = 0;
+  /**
+   * Told of every block chain this producer learns from its own decisions (gateway replicas share
+   * them with each other: src/scheduler/sync.ts). Null by default: a single gateway pays nothing.
+   */
+  onLearn: ((endpointId: string, hashes: PackedHashes, capacity: number, blockSize: number) => void) | null =
+    null;
 
   constructor(
     name: string,
@@ -125,7 +131,10 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
     if (prefill && prefill.id !== primary.id) targets.push(prefill);
     for (const t of targets) {
       const cap = this.capacity(t, info.blockSizeTokens);
-      for (const hashes of info.hashes) this.index.addPacked(t.id, hashes, cap);
+      for (const hashes of info.hashes) {
+        this.index.addPacked(t.id, hashes, cap);
+        this.onLearn?.(t.id, hashes, cap, info.blockSizeTokens);
+      }
     }
     this.#hitBlocks += info.matchBlocks(primary.id);
     this.#lookupBlocks += info.totalBlocks;

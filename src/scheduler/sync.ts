@@ -1,0 +1,347 @@
+/**
+ * Active-active gateway replicas: the routing state one gateway cannot observe from the others —
+ * approximate-prefix insertions made by their decisions, their in-flight load per endpoint, and
+ * session_id bindings — captured from this gateway's scheduler as batches and merged into it from
+ * its peers'. Pure: time is passed in, the transport (NATS, or the fleet simulator's event queue)
+ * is the caller's. The hot path only appends to a bounded buffer; nothing waits on a peer.
+ *
+ * Merge rules: prefix insertions and bindings are operations, applied in arrival order (an insert
+ * touches the LRU, so a peer's recent pick counts as recent here too); in-flight load is state — each
+ * batch carries the sender's whole own load, which replaces the last one from that sender, so a lost
+ * or duplicated batch never leaves load behind, and a sender silent for `staleAfterSeconds` counts
+ * for nothing. Precise prefix routing needs none of this: every gateway reads the replicas' own KV
+ * events.
+ */
+import type { PackedHashes } from "./hash.ts";
+import { InflightLoadProducer } from "./plugins/inflight/producer.ts";
+import { ApproxPrefixProducer } from "./plugins/prefix/producer.ts";
+import { SessionAffinity } from "./plugins/session.ts";
+import type { Scheduler } from "./scheduler.ts";
+
+/** One chain of prefix blocks a gateway recorded on an endpoint after its pick. */
+export interface PrefixInsert {
+  /** Producer (plugin) name. */
+  p: string;
+  /** Endpoint id. */
+  e: string;
+  /** LRU capacity the sender used, in index blocks. */
+  c: number;
+  /** Block hashes as int32 halves (PackedHashes). */
+  h: number[];
+}
+
+export interface SessionBinding {
+  /** Session plugin name. */
+  p: string;
+  s: string;
+  e: string;
+}
+
+export interface SyncBatch {
+  origin: string;
+  /** Per-origin sequence, from 1. */
+  seq: number;
+  /** The sender's clock at take(), seconds (wall clock over NATS; virtual time in the simulator). */
+  at: number;
+  /** Config fingerprint: peers with another routing config are not merged. */
+  config: string;
+  prefix: PrefixInsert[];
+  sessions: SessionBinding[];
+  /** Per inflight producer, the sender's own load: [endpoint, requests, tokens]. Absent in replays. */
+  load?: Record<string, Array<[string, number, number]>>;
+}
+
+export interface SyncOptions {
+  /** This gateway's id (unique among peers). */
+  origin: string;
+  /** A fingerprint of the routing config (batches from peers with another are dropped). */
+  config: string;
+  /** A peer not heard from for this long counts for no in-flight load (default 5 s). */
+  staleAfterSeconds?: number;
+  /** Outgoing prefix blocks held between takes; beyond it the oldest are dropped (default 262,144). */
+  maxPendingBlocks?: number;
+  /** Own insertions kept for a late-joining peer's replay, in blocks (default 1,048,576). */
+  replayBlocks?: number;
+}
+
+export interface SyncStats {
+  batchesOut: number;
+  batchesIn: number;
+  /** Batches not merged: wrong config, unknown plugin, duplicate or older sequence. */
+  batchesDropped: number;
+  /** Sequence numbers skipped by a peer's live batches (lost messages). */
+  gaps: number;
+  blocksOut: number;
+  blocksIn: number;
+  /** Outgoing blocks dropped because the buffer was full (the transport could not keep up). */
+  blocksDroppedOut: number;
+  sessionsIn: number;
+  sessionsOut: number;
+  /** Peers heard from within staleAfterSeconds. */
+  peers: number;
+  /** Peers whose load was dropped for silence. */
+  peersExpired: number;
+  /** Largest (receive clock − batch clock) seen since the last stats() call, seconds. */
+  maxLagSeconds: number;
+}
+
+interface Peer {
+  lastSeq: number;
+  lastHeard: number;
+  hasLoad: boolean;
+}
+
+export class GatewaySync {
+  readonly origin: string;
+  config: string;
+  readonly #staleAfter: number;
+  readonly #maxPending: number;
+  readonly #replayBlocks: number;
+  #scheduler: Scheduler | null = null;
+  #prefix = new Map<string, ApproxPrefixProducer>();
+  #inflight = new Map<string, InflightLoadProducer>();
+  #sessions = new Map<string, SessionAffinity>();
+  #pending: PrefixInsert[] = [];
+  #pendingBlocks = 0;
+  #pendingSessions: SessionBinding[] = [];
+  #seq = 0;
+  readonly #log: SyncBatch[] = [];
+  #logBlocks = 0;
+  readonly #peers = new Map<string, Peer>();
+  readonly stats: Omit<SyncStats, "peers"> = {
+    batchesOut: 0,
+    batchesIn: 0,
+    batchesDropped: 0,
+    gaps: 0,
+    blocksOut: 0,
+    blocksIn: 0,
+    blocksDroppedOut: 0,
+    sessionsIn: 0,
+    sessionsOut: 0,
+    peersExpired: 0,
+    maxLagSeconds: 0,
+  };
+
+  constructor(scheduler: Scheduler, o: SyncOptions) {
+    this.origin = o.origin;
+    this.config = o.config;
+    this.#staleAfter = o.staleAfterSeconds ?? 5;
+    this.#maxPending = o.maxPendingBlocks ?? 262_144;
+    this.#replayBlocks = o.replayBlocks ?? 1_048_576;
+    this.attach(scheduler);
+  }
+
+  /**
+   * Hooks the scheduler's plugins (again after a config reload, with the new config's fingerprint:
+   * the old plugins are unhooked).
+   */
+  attach(scheduler: Scheduler, config = this.config): void {
+    this.detach();
+    this.#scheduler = scheduler;
+    this.config = config;
+    for (const p of scheduler.plugins.values()) {
+      const name = p.typedName.name;
+      if (p instanceof ApproxPrefixProducer) {
+        this.#prefix.set(name, p);
+        p.onLearn = (e, h, c) => this.#learn(name, e, h, c);
+      } else if (p instanceof InflightLoadProducer) this.#inflight.set(name, p);
+      else if (p instanceof SessionAffinity) {
+        this.#sessions.set(name, p);
+        p.onBind = (s, e) => {
+          this.#pendingSessions.push({ p: name, s, e });
+          if (this.#pendingSessions.length > 65_536) this.#pendingSessions.shift();
+        };
+      }
+    }
+  }
+
+  detach(): void {
+    for (const p of this.#prefix.values()) p.onLearn = null;
+    for (const p of this.#sessions.values()) p.onBind = null;
+    this.#prefix = new Map();
+    this.#inflight = new Map();
+    this.#sessions = new Map();
+    this.#scheduler = null;
+  }
+
+  /** Whether the attached scheduler has any state to share (else peers only exchange heartbeats). */
+  get shares(): boolean {
+    return this.#prefix.size + this.#inflight.size + this.#sessions.size > 0;
+  }
+
+  #learn(producer: string, endpoint: string, hashes: PackedHashes, capacity: number): void {
+    const n = hashes.length >>> 1;
+    if (n === 0) return;
+    this.#pending.push({ p: producer, e: endpoint, c: capacity, h: Array.from(hashes) });
+    this.#pendingBlocks += n;
+    while (this.#pendingBlocks > this.#maxPending && this.#pending.length > 1) {
+      const old = this.#pending.shift() as PrefixInsert;
+      this.#pendingBlocks -= old.h.length >>> 1;
+      this.stats.blocksDroppedOut += old.h.length >>> 1;
+    }
+  }
+
+  #lastLoadKey = "";
+
+  /**
+   * Whether a take() now would carry anything new: insertions, bindings, or own load that differs
+   * from the last batch's. A transport sends heartbeats on its own schedule regardless.
+   */
+  hasNews(): boolean {
+    if (this.#pending.length > 0 || this.#pendingSessions.length > 0) return true;
+    return this.#loadKey() !== this.#lastLoadKey;
+  }
+
+  #loadKey(): string {
+    let k = "";
+    for (const [name, p] of this.#inflight) {
+      k += `${name}|`;
+      for (const [id, [r, t]] of p.localLoad()) k += `${id},${r},${t};`;
+    }
+    return k;
+  }
+
+  /** Outgoing prefix blocks waiting for the next take(). */
+  get pendingBlocks(): number {
+    return this.#pendingBlocks;
+  }
+
+  /**
+   * Pending own insertions (up to `maxBlocks` blocks, at least one chain) and bindings, and the
+   * current own load, as one batch (a heartbeat when nothing is pending).
+   */
+  take(now: number, maxBlocks = Number.POSITIVE_INFINITY): SyncBatch {
+    let prefix = this.#pending;
+    let blocks = this.#pendingBlocks;
+    if (blocks > maxBlocks) {
+      let k = 0;
+      let b = 0;
+      while (k < prefix.length && (k === 0 || b + (prefix[k].h.length >>> 1) <= maxBlocks))
+        b += prefix[k++].h.length >>> 1;
+      this.#pending = prefix.slice(k);
+      prefix = prefix.slice(0, k);
+      blocks = b;
+    } else this.#pending = [];
+    this.#pendingBlocks -= blocks;
+    const sessions = this.#pendingSessions;
+    this.#pendingSessions = [];
+    const load: Record<string, Array<[string, number, number]>> = {};
+    for (const [name, p] of this.#inflight) {
+      const rows: Array<[string, number, number]> = [];
+      for (const [id, [r, t]] of p.localLoad()) rows.push([id, r, t]);
+      load[name] = rows;
+    }
+    this.#lastLoadKey = this.#loadKey();
+    const batch: SyncBatch = {
+      origin: this.origin,
+      seq: ++this.#seq,
+      at: now,
+      config: this.config,
+      prefix,
+      sessions,
+      load,
+    };
+    this.stats.batchesOut++;
+    this.stats.blocksOut += blocks;
+    this.stats.sessionsOut += sessions.length;
+    if (prefix.length + sessions.length > 0) this.#remember({ ...batch, load: undefined }, blocks);
+    return batch;
+  }
+
+  #remember(b: SyncBatch, blocks: number): void {
+    this.#log.push(b);
+    this.#logBlocks += blocks;
+    while (this.#logBlocks > this.#replayBlocks && this.#log.length > 1) {
+      const old = this.#log.shift() as SyncBatch;
+      for (const p of old.prefix) this.#logBlocks -= p.h.length >>> 1;
+    }
+  }
+
+  /** This gateway's own recent insertions and bindings, oldest first, for a peer that joins late. */
+  replay(): readonly SyncBatch[] {
+    return this.#log;
+  }
+
+  /**
+   * Merges a peer's batch. `replay` batches (answers to a late join) carry older sequences and no
+   * load, and are merged whatever this gateway has already heard from their origin. Returns whether
+   * anything was merged.
+   */
+  apply(b: SyncBatch, now: number, replay = false): boolean {
+    if (b.origin === this.origin) return false;
+    if (b.config !== this.config || this.#scheduler === null) {
+      this.stats.batchesDropped++;
+      return false;
+    }
+    let peer = this.#peers.get(b.origin);
+    if (peer === undefined) {
+      peer = { lastSeq: 0, lastHeard: now, hasLoad: false };
+      this.#peers.set(b.origin, peer);
+    }
+    if (!replay) {
+      if (b.seq <= peer.lastSeq) {
+        // An older batch, or the peer restarted (its sequence began again): a restart is heard as
+        // a sequence far below ours; take it as a new peer.
+        if (b.seq > 1) {
+          this.stats.batchesDropped++;
+          return false;
+        }
+        peer.lastSeq = 0;
+      }
+      if (peer.lastSeq > 0 && b.seq > peer.lastSeq + 1) this.stats.gaps += b.seq - peer.lastSeq - 1;
+      peer.lastSeq = b.seq;
+      peer.lastHeard = now;
+      const lag = now - b.at;
+      if (lag > this.stats.maxLagSeconds) this.stats.maxLagSeconds = lag;
+    }
+    this.stats.batchesIn++;
+    for (const ins of b.prefix) {
+      const p = this.#prefix.get(ins.p);
+      if (p === undefined) continue;
+      p.index.addPacked(ins.e, ins.h, ins.c);
+      this.stats.blocksIn += ins.h.length >>> 1;
+    }
+    for (const s of b.sessions) {
+      const p = this.#sessions.get(s.p);
+      if (p === undefined) continue;
+      p.bind(s.s, s.e, now);
+      this.stats.sessionsIn++;
+    }
+    if (!replay && b.load !== undefined) {
+      for (const [name, rows] of Object.entries(b.load)) {
+        const p = this.#inflight.get(name);
+        if (p === undefined) continue;
+        const m = new Map<string, readonly [number, number]>();
+        for (const [id, r, t] of rows) m.set(id, [r, t]);
+        p.setPeerLoad(b.origin, m);
+      }
+      peer.hasLoad = true;
+    }
+    return true;
+  }
+
+  /** Drops the load of peers silent for staleAfterSeconds; returns their ids. */
+  expire(now: number): string[] {
+    const gone: string[] = [];
+    for (const [id, peer] of this.#peers) {
+      if (now - peer.lastHeard <= this.#staleAfter) continue;
+      if (peer.hasLoad) for (const p of this.#inflight.values()) p.setPeerLoad(id, null);
+      this.#peers.delete(id);
+      this.stats.peersExpired++;
+      gone.push(id);
+    }
+    return gone;
+  }
+
+  /** Peers heard from within staleAfterSeconds (as of the last expire()). */
+  get peers(): number {
+    return this.#peers.size;
+  }
+
+  /** The stats, and resets maxLagSeconds. */
+  snapshot(): SyncStats {
+    const s = { ...this.stats, peers: this.#peers.size };
+    this.stats.maxLagSeconds = 0;
+    return s;
+  }
+}

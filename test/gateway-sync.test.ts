@@ -1,0 +1,234 @@
+/**
+ * The routing-state merge between gateway replicas (src/scheduler/sync.ts) and its wire codec:
+ * what one gateway's picks teach it reaches a peer's scheduler (prefix insertions, in-flight load,
+ * session bindings), stale or foreign batches are not merged, a silent peer's load expires, a late
+ * joiner catches up from the replay log, and garbled frames are refused.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { decodeBatch, encodeBatch } from "../src/gateway/sync/codec.ts";
+import { InflightLoadProducer } from "../src/scheduler/plugins/inflight/producer.ts";
+import { createScheduler, type Scheduler } from "../src/scheduler/scheduler.ts";
+import { GatewaySync, type SyncBatch } from "../src/scheduler/sync.ts";
+import { completion, endpoint } from "../src/scheduler/testing.ts";
+import type { RequestFacts } from "../src/scheduler/types.ts";
+
+const APPROX = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {autoTune: false}
+- type: inflight-load-producer
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: max-score-picker
+`;
+
+const SESSIONS = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: session-affinity-scorer
+  parameters: {strategy: session_id}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: session-affinity-scorer
+  - pluginRef: max-score-picker
+`;
+
+const eps = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"].map((id) => endpoint(id));
+/** A prompt of ~16 index blocks (64 pseudo-tokens of 4 bytes each per block), distinct per i. */
+const prompt = (i: number) => `document ${i}: ${"lorem ipsum dolor sit amet ".repeat(150)} question ${i}`;
+
+async function pair(config: string): Promise<[Scheduler, Scheduler]> {
+  const a = (await createScheduler(config, { seed: 1 })).scheduler;
+  const b = (await createScheduler(config, { seed: 2 })).scheduler;
+  return [a, b];
+}
+
+function pick(s: Scheduler, req: RequestFacts, now = 0): string {
+  const r = s.schedule(req, eps, now);
+  assert.ok(r.target, "a target");
+  s.onPicked(req, r, now);
+  return r.target.id;
+}
+
+function inflight(s: Scheduler): InflightLoadProducer {
+  for (const p of s.plugins.values()) if (p instanceof InflightLoadProducer) return p;
+  throw new Error("no inflight producer");
+}
+
+test("a peer's prefix insertions steer this gateway to the replica that holds the prefix", async () => {
+  const [a, b] = await pair(APPROX);
+  // A control gateway that never hears from a (its own tie-break seed).
+  const c = (await createScheduler(APPROX, { seed: 7 })).scheduler;
+  const sa = new GatewaySync(a, { origin: "a", config: "x" });
+  const sb = new GatewaySync(b, { origin: "b", config: "x" });
+  const fromA: string[] = [];
+  // Spread a's picks: each prompt lands where a's scorer ties break.
+  for (let i = 0; i < 24; i++) fromA.push(pick(a, completion(`a${i}`, prompt(i))));
+  assert.ok(new Set(fromA).size > 1, "a's picks cover several endpoints");
+  const batch = sa.take(1);
+  assert.equal(batch.prefix.length, 24);
+  assert.ok(sb.apply(batch, 1.001));
+  let agree = 0;
+  let control = 0;
+  for (let i = 0; i < 24; i++) {
+    if (pick(b, completion(`b${i}`, `${prompt(i)} and a follow-up`)) === fromA[i]) agree++;
+    if (pick(c, completion(`c${i}`, `${prompt(i)} and a follow-up`)) === fromA[i]) control++;
+  }
+  assert.equal(agree, 24, "every follow-up goes where the peer sent its prefix");
+  assert.ok(control < 24, `without sync the control gateway agreed on ${control}/24 only by chance`);
+  assert.equal(
+    sb.stats.blocksIn,
+    batch.prefix.reduce((n, p) => n + p.h.length / 2, 0),
+  );
+});
+
+test("in-flight load: a peer's own load counts here until it reports it done or falls silent", async () => {
+  const [a, b] = await pair(APPROX);
+  const sa = new GatewaySync(a, { origin: "a", config: "x", staleAfterSeconds: 5 });
+  const sb = new GatewaySync(b, { origin: "b", config: "x", staleAfterSeconds: 5 });
+  const req = completion("r1", prompt(1));
+  const target = pick(a, req);
+  sb.apply(sa.take(0), 0);
+  assert.equal(inflight(b).load(target).requests, 1, "the peer's request is in flight here");
+  assert.ok(inflight(b).load(target).tokens > 0);
+  // b's own load is not echoed back as its own: its batch reports only b's requests.
+  const own = pick(b, completion("r2", prompt(2)));
+  const fromB = sb.take(0.01);
+  const rows = Object.values(fromB.load ?? {})[0];
+  assert.deepEqual(
+    rows.map((r) => [r[0], r[1]]),
+    [[own, 1]],
+  );
+  a.onResponseComplete(req, target, 0.5);
+  sb.apply(sa.take(0.5), 0.5);
+  assert.equal(inflight(b).load(target).requests, target === own ? 1 : 0, "done at the peer, gone here");
+  // The peer picks again, then dies without a word: its load stops counting after the bound.
+  const t2 = pick(a, completion("r3", prompt(3)));
+  sb.apply(sa.take(1), 1);
+  const before = inflight(b).load(t2).requests;
+  assert.deepEqual(sb.expire(5.9), [], "not stale yet");
+  assert.deepEqual(sb.expire(6.1), ["a"]);
+  assert.equal(inflight(b).load(t2).requests, before - 1);
+  assert.equal(sb.snapshot().peersExpired, 1);
+});
+
+test("stale, duplicate and foreign batches are not merged; gaps are counted; a restarted peer is heard again", async () => {
+  const [a, b] = await pair(APPROX);
+  const sa = new GatewaySync(a, { origin: "a", config: "x" });
+  const sb = new GatewaySync(b, { origin: "b", config: "x" });
+  const b1 = sa.take(0);
+  const b2 = sa.take(0);
+  const b3 = sa.take(0);
+  assert.ok(sb.apply(b1, 0));
+  assert.ok(sb.apply(b3, 0));
+  assert.equal(sb.stats.gaps, 1, "b2 missed");
+  assert.equal(sb.apply(b2, 0), false, "older than the last merged");
+  assert.equal(sb.apply(b3, 0), false, "duplicate");
+  assert.equal(sb.apply({ ...b3, seq: 9, config: "other" }, 0), false, "another routing config");
+  assert.equal(sb.apply({ ...b3, origin: "b", seq: 10 }, 0), false, "its own echo");
+  assert.equal(sb.stats.batchesDropped, 3, "the echo is ignored, not counted");
+  // The peer restarts: its sequence begins again at 1 and is merged.
+  const restarted = new GatewaySync((await pair(APPROX))[0], { origin: "a", config: "x" });
+  assert.ok(sb.apply(restarted.take(0), 0));
+});
+
+test("a late joiner catches up from its peers' replay logs", async () => {
+  const [a, b] = await pair(APPROX);
+  const sa = new GatewaySync(a, { origin: "a", config: "x" });
+  const targets: string[] = [];
+  for (let i = 0; i < 10; i++) {
+    targets.push(pick(a, completion(`a${i}`, prompt(i))));
+    sa.take(i); // published while b did not exist yet
+  }
+  const sb = new GatewaySync(b, { origin: "b", config: "x" });
+  for (const batch of sa.replay()) {
+    assert.equal(batch.load, undefined, "load is never replayed");
+    assert.ok(sb.apply(decodeBatch(encodeBatch(batch)), 20, true));
+  }
+  for (let i = 0; i < 10; i++) assert.equal(pick(b, completion(`b${i}`, prompt(i))), targets[i]);
+});
+
+test("session_id bindings made by one gateway pin the session on its peer", async () => {
+  const [a, b] = await pair(SESSIONS);
+  const sa = new GatewaySync(a, { origin: "a", config: "x" });
+  const sb = new GatewaySync(b, { origin: "b", config: "x" });
+  const bound = new Map<string, string>();
+  for (let i = 0; i < 8; i++) bound.set(`s${i}`, pick(a, completion(`a${i}`, "hi", { sessionId: `s${i}` })));
+  assert.equal(new Set(bound.values()).size, 4, "a spreads new sessions over the four endpoints");
+  assert.ok(sb.apply(sa.take(0), 0));
+  for (const [sid, ep] of bound)
+    assert.equal(pick(b, completion(`b-${sid}`, "again", { sessionId: sid })), ep);
+});
+
+test("the outgoing buffer is bounded: the oldest insertions go first and are counted", async () => {
+  const [a] = await pair(APPROX);
+  const sa = new GatewaySync(a, { origin: "a", config: "x", maxPendingBlocks: 40 });
+  for (let i = 0; i < 10; i++) pick(a, completion(`a${i}`, prompt(i)));
+  assert.ok(sa.stats.blocksDroppedOut > 0, "some insertions were dropped");
+  assert.ok(sa.pendingBlocks <= 40);
+  const first = sa.take(0, 20);
+  assert.equal(first.prefix.length >= 1, true);
+  assert.ok(sa.pendingBlocks <= 40 - first.prefix.reduce((n, p) => n + p.h.length / 2, 0));
+});
+
+const arbBatch: fc.Arbitrary<SyncBatch> = fc.record({
+  origin: fc.stringMatching(/^[\w.-]{1,20}$/),
+  seq: fc.integer({ min: 1, max: 1e9 }),
+  at: fc.double({ min: 0, max: 2e9, noNaN: true }),
+  config: fc.stringMatching(/^[0-9a-f]{16}$/),
+  prefix: fc.array(
+    fc.record({
+      p: fc.constantFrom("approx-prefix-cache-producer", "gpu"),
+      e: fc.constantFrom("10.0.0.1:8000", "[::1]:8001"),
+      c: fc.integer({ min: 1, max: 1e6 }),
+      h: fc
+        .array(fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }), { maxLength: 40 })
+        .map((a) => (a.length % 2 === 0 ? a : a.slice(1))),
+    }),
+    { maxLength: 5 },
+  ),
+  sessions: fc.array(
+    fc.record({ p: fc.constant("s"), s: fc.string({ minLength: 1, maxLength: 8 }), e: fc.constant("e:1") }),
+    {
+      maxLength: 3,
+    },
+  ),
+  load: fc.dictionary(
+    fc.constantFrom("inflight-load-producer"),
+    fc.array(fc.tuple(fc.constant("e:1"), fc.nat(100), fc.nat(1e6))),
+  ),
+});
+
+test("codec: a batch survives the wire unchanged; garbled frames are refused with an Error", () => {
+  fc.assert(
+    fc.property(arbBatch, (b) => {
+      assert.deepEqual(decodeBatch(encodeBatch(b)), JSON.parse(JSON.stringify(b)));
+    }),
+    { seed: 16, numRuns: 200 },
+  );
+  fc.assert(
+    fc.property(arbBatch, fc.nat(), fc.integer({ min: 0, max: 255 }), (b, at, byte) => {
+      const bytes = Buffer.from(encodeBatch(b));
+      bytes[at % bytes.length] = byte;
+      try {
+        decodeBatch(bytes);
+      } catch (err) {
+        assert.ok(err instanceof Error && err.message.length > 0);
+      }
+    }),
+    { seed: 17, numRuns: 300 },
+  );
+  assert.throws(() => decodeBatch(Buffer.from("{}")), /wire version/);
+  assert.throws(() => decodeBatch(Buffer.from("\u0000garbage")), /not JSON/);
+});
