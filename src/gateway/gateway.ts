@@ -16,6 +16,7 @@ import { DataLayer } from "../datalayer/datalayer.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
+import { dashboardSamplerOf, stopDashboard } from "./dashboard/sampler.ts";
 import { TrafficCounts } from "./endpoint-traffic.ts";
 import { KvEventsWiring } from "./kv-events.ts";
 import { type BoundAddress, listen } from "./listen.ts";
@@ -301,6 +302,7 @@ export class Gateway {
       this.adminServer.close(() => r());
       this.adminServer.closeAllConnections();
     });
+    stopDashboard(this);
     await this.data.close();
     await this.kvEvents.close();
     await Promise.all([...this.#pools.values()].map((p) => p.destroy().catch(() => {})));
@@ -362,6 +364,7 @@ export async function createGateway(opts: GatewayOptions, source?: EndpointSourc
 export function startDataLayer(gw: Gateway): void {
   gw.data.start();
   gw.syncKvEvents();
+  dashboardSamplerOf(gw); // the dashboard's history starts with the gateway, not with the first page view
   for (const w of gw.routing.warnings) gw.log(`kvgate: config warning: ${w}`);
 }
 
