@@ -41,6 +41,19 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
       status: String(status),
       outcome,
     });
+  if (gw.connections.rejects(req.socket)) {
+    req.resume();
+    res.setHeader("connection", "close");
+    sendError(
+      res,
+      new GatewayError(
+        503,
+        `too many open connections (limit ${gw.connections.max}); retry with backoff, reuse connections, or raise --max-connections`,
+      ),
+    );
+    done(503, "rejected");
+    return;
+  }
   if (route && req.method === "POST") {
     proxyRequest(gw, route, req, res).catch((err) => {
       gw.log(`kvgate: internal error on ${path}: ${(err as Error).stack ?? err}`);
@@ -90,7 +103,10 @@ async function proxyRequest(
   if (gw.active >= gw.opts.maxConcurrentRequests) {
     req.resume();
     return reject(
-      new GatewayError(503, `too many concurrent requests (limit ${gw.opts.maxConcurrentRequests})`),
+      new GatewayError(
+        503,
+        `too many concurrent requests (limit ${gw.opts.maxConcurrentRequests}); retry with backoff or raise --max-concurrent-requests`,
+      ),
       "rejected",
     );
   }
