@@ -63,12 +63,11 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
     });
     return;
   }
-  if (path === "/v1/models" && req.method === "GET") {
-    listModels(gw, res).catch(() => sendError(res, new GatewayError(500, "internal gateway error")));
-    return;
-  }
-  if (path === "/health" && req.method === "GET") {
-    res.writeHead(gw.draining ? 503 : 200, { "content-type": "application/json" }).end("{}");
+  if ((path === "/v1/models" || path === "/health") && req.method === "GET") {
+    res.once("finish", () => done(res.statusCode, res.statusCode < 400 ? "success" : "rejected"));
+    if (path === "/health")
+      res.writeHead(gw.draining ? 503 : 200, { "content-type": "application/json" }).end("{}");
+    else listModels(gw, res).catch(() => sendError(res, new GatewayError(500, "internal gateway error")));
     return;
   }
   const known = route !== undefined || path === "/v1/models";
