@@ -13,8 +13,8 @@ import fc from "fast-check";
 import { EndpointConfigError, parseEndpointsFile } from "../../src/datalayer/endpoints.ts";
 import { ExtractError, extractMetrics } from "../../src/datalayer/extract.ts";
 import { PromParseError, parsePromText } from "../../src/datalayer/prom-text.ts";
-import { UsageScanner } from "../../src/gateway/ext-proc/response-body.ts";
 import { GatewayError } from "../../src/gateway/errors.ts";
+import { UsageScanner } from "../../src/gateway/ext-proc/response-body.ts";
 import { type ApiRoute, parseRequestBody } from "../../src/gateway/request-body.ts";
 import { decodeEventBatch, encodeEventBatch, KVEventDecodeError } from "../../src/kv/event-codec.ts";
 import { decodeEventBatchFast } from "../../src/kv/precise-decode.ts";
@@ -25,7 +25,7 @@ import { randomBatch, rng } from "../helpers/kv-event-fixtures.ts";
 /** A property and how many runs the bounded suite gives it. */
 export interface FuzzProperty {
   name: string;
-  property: fc.IPropertyWithHooks<never> | fc.IAsyncPropertyWithHooks<never> | fc.IRawProperty<unknown>;
+  property: fc.IRawProperty<unknown>;
   runs: number;
 }
 
@@ -123,24 +123,28 @@ const sseEvent = fc.oneof(
   fc.string().map((s) => `data: ${s}\n\n`),
   fc.constant("data: [DONE]\n\n"),
   fc.string(),
-  fc.constantFrom(": keep-alive\n\n", "event: x\n", "\r\n", "data: {\"usage\":{\"prompt_tokens\":1e999}}\n\n"),
+  fc.constantFrom(": keep-alive\n\n", "event: x\n", "\r\n", 'data: {"usage":{"prompt_tokens":1e999}}\n\n'),
 );
 const sse: FuzzProperty = {
   name: "SSE from upstream, chunked anywhere: the usage scanner never throws and reads only finite counts",
   runs: 300,
-  property: fc.property(fc.array(sseEvent, { maxLength: 12 }), fc.array(fc.nat(), { maxLength: 6 }), (evs, cuts) => {
-    const all = Buffer.from(evs.join(""), "latin1");
-    const s = new UsageScanner();
-    let at = 0;
-    for (const c of cuts) {
-      const end = Math.min(all.length, at + (c % 97));
-      s.push(all.subarray(at, end));
-      at = end;
-    }
-    s.push(all.subarray(at));
-    for (const v of [s.promptTokens, s.completionTokens])
-      assert.ok(v === null || (Number.isSafeInteger(v) && v >= 0), `usage count ${v}`);
-  }),
+  property: fc.property(
+    fc.array(sseEvent, { maxLength: 12 }),
+    fc.array(fc.nat(), { maxLength: 6 }),
+    (evs, cuts) => {
+      const all = Buffer.from(evs.join(""), "latin1");
+      const s = new UsageScanner();
+      let at = 0;
+      for (const c of cuts) {
+        const end = Math.min(all.length, at + (c % 97));
+        s.push(all.subarray(at, end));
+        at = end;
+      }
+      s.push(all.subarray(at));
+      for (const v of [s.promptTokens, s.completionTokens])
+        assert.ok(v === null || (Number.isSafeInteger(v) && v >= 0), `usage count ${v}`);
+    },
+  ),
 };
 
 // ---- Prometheus text ------------------------------------------------------------------------------
@@ -160,13 +164,15 @@ const VALID_PROM = [
 ].join("\n");
 const promText = fc.oneof(
   fc.string({ unit: "binary", maxLength: 300 }),
+  fc.tuple(fc.nat(), fc.nat({ max: 6 }), fc.string({ maxLength: 6 })).map(([at, del, ins]) => {
+    const i = at % VALID_PROM.length;
+    return VALID_PROM.slice(0, i) + ins + VALID_PROM.slice(i + del);
+  }),
   fc
-    .tuple(fc.nat(), fc.nat({ max: 6 }), fc.string({ maxLength: 6 }))
-    .map(([at, del, ins]) => {
-      const i = at % VALID_PROM.length;
-      return VALID_PROM.slice(0, i) + ins + VALID_PROM.slice(i + del);
-    }),
-  fc.array(fc.constantFrom(...VALID_PROM.split("\n"), "{", "}", '"', "\\", " ", "NaN", "\n"), { maxLength: 20 }).map((a) => a.join("")),
+    .array(fc.constantFrom(...VALID_PROM.split("\n"), "{", "}", '"', "\\", " ", "NaN", "\n"), {
+      maxLength: 20,
+    })
+    .map((a) => a.join("")),
 );
 const prom: FuzzProperty = {
   name: "Prometheus text: lenient parse never throws, strict throws only PromParseError, extraction only ExtractError",
@@ -188,7 +194,13 @@ const prom: FuzzProperty = {
 const frame = fc.oneof(
   fc.uint8Array({ maxLength: 200 }),
   fc
-    .tuple(fc.integer(), fc.constantFrom<"array" | "map">("array", "map"), fc.nat(), fc.nat({ max: 8 }), fc.uint8Array({ maxLength: 6 }))
+    .tuple(
+      fc.integer(),
+      fc.constantFrom<"array" | "map">("array", "map"),
+      fc.nat(),
+      fc.nat({ max: 8 }),
+      fc.uint8Array({ maxLength: 6 }),
+    )
     .map(([seed, format, at, del, ins]) => {
       const b = encodeEventBatch(randomBatch(rng(seed), 4), format);
       const i = b.length ? at % b.length : 0;
@@ -216,7 +228,10 @@ const kvFrames: FuzzProperty = {
       fast = decodeEventBatchFast(buf);
     } catch (err) {
       if (!(err instanceof KVEventDecodeError)) throw err;
-      assert.ok(slowErr !== null, `the fast decoder refused what the reference decoded: ${(err as Error).message}`);
+      assert.ok(
+        slowErr !== null,
+        `the fast decoder refused what the reference decoded: ${(err as Error).message}`,
+      );
       return;
     }
     assert.equal(slowErr, null, "the fast decoder accepted what the reference refused");
@@ -246,7 +261,21 @@ schedulingProfiles:
   - pluginRef: max-score-picker
 `;
 const yamlScalar = fc.oneof(
-  fc.constantFrom("-1", "0", "1e309", ".nan", "~", "[]", "{}", "''", "true", "*a", "&a x", "!!binary AA==", "9007199254740993"),
+  fc.constantFrom(
+    "-1",
+    "0",
+    "1e309",
+    ".nan",
+    "~",
+    "[]",
+    "{}",
+    "''",
+    "true",
+    "*a",
+    "&a x",
+    "!!binary AA==",
+    "9007199254740993",
+  ),
   fc.string({ maxLength: 8 }),
 );
 const configText = fc.oneof(
@@ -260,7 +289,8 @@ const configText = fc.oneof(
   // Lines dropped or duplicated.
   fc.array(fc.nat(), { minLength: 1, maxLength: 3 }).map((ks) => {
     const lines = CONFIG.split("\n");
-    for (const k of ks) lines.splice(k % lines.length, 1, ...(k % 2 ? [] : [lines[k % lines.length], lines[k % lines.length]]));
+    for (const k of ks)
+      lines.splice(k % lines.length, 1, ...(k % 2 ? [] : [lines[k % lines.length], lines[k % lines.length]]));
     return lines.join("\n");
   }),
   fc.string({ maxLength: 200 }),
@@ -290,7 +320,15 @@ const endpointsText = fc.oneof(
   }),
   fc.string({ maxLength: 120 }),
   anyJson.map((v) => JSON.stringify(v) ?? ""),
-  fc.array(fc.record({ address: weird, labels: weird, kvEvents: weird, kvEventsReplay: weird }, { requiredKeys: [] }), { maxLength: 3 }).map((v) => JSON.stringify(v)),
+  fc
+    .array(
+      fc.record(
+        { address: weird, labels: weird, kvEvents: weird, kvEventsReplay: weird },
+        { requiredKeys: [] },
+      ),
+      { maxLength: 3 },
+    )
+    .map((v) => JSON.stringify(v)),
 );
 const endpoints: FuzzProperty = {
   name: "endpoints files (mutated valid, arbitrary): parsed to valid host:port ids, or an EndpointConfigError",
