@@ -23,7 +23,7 @@ td:first-child,th:first-child{text-align:left}tr+tr td{border-top:1px solid #eef
 .dot{display:inline-block;width:9px;height:9px;border-radius:50%;margin-right:6px}.healthy{background:#3ecf8e}.unhealthy{background:#e5484d}.unknown{background:#aab}.probation{background:#f5a524}
 .bar{display:inline-block;width:90px;height:9px;background:#eef0f4;border-radius:5px;vertical-align:middle;margin-left:6px;overflow:hidden}.bar i{display:block;height:100%;background:#3b82f6}
 .bar.kv i{background:#8b5cf6}.bar.hot i{background:#e5484d}
-.empty{color:#889;padding:10px}.chip{display:inline-block;background:#eef0f4;border-radius:10px;padding:1px 8px;margin-left:4px}#flows td:last-child{text-align:left;width:70%}footer{color:#889;font-size:11px;padding:10px 18px}
+.empty{color:#889;padding:10px}.chip{display:inline-block;background:#eef0f4;border-radius:10px;padding:1px 8px;margin-left:4px}#flows td:last-child,#flows-section th:last-child{text-align:left;width:70%}footer{color:#889;font-size:11px;padding:10px 18px}
 `;
 
 const SCRIPT = `
@@ -34,9 +34,10 @@ const fmt = (v, d = 1) => v == null || !isFinite(v) ? "–" : v >= 1000 ? Math.r
 const ms = (s) => s == null ? "–" : s < 1 ? Math.round(s * 1000) + " ms" : s.toFixed(2) + " s";
 const pct = (v) => v == null ? "–" : Math.round(v * 100) + "%";
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";");
-function bar(frac, cls) {
+// hot: a bar where high is bad (KV cache nearly full) turns red past 90%.
+function bar(frac, cls, hot) {
   const f = frac == null ? 0 : Math.max(0, Math.min(1, frac));
-  return '<span class="bar ' + (cls || "") + (f > 0.9 ? " hot" : "") + '"><i style="width:' + (f * 100).toFixed(1) + '%"></i></span>';
+  return '<span class="bar ' + (cls || "") + (hot && f > 0.9 ? " hot" : "") + '"><i style="width:' + (f * 100).toFixed(1) + '%"></i></span>';
 }
 function chart(id, series) {
   const svg = $(id), w = 400, h = 110, pad = 22;
@@ -90,7 +91,7 @@ function render() {
     const share = allPicks > 0 ? (picksMin[r.address] || 0) / allPicks : null;
     return '<tr data-replica="' + esc(r.address) + '">' +
       '<td><span class="dot ' + esc(r.health) + '"></span>' + esc(r.address) + (r.eligible ? "" : ' <small>(out)</small>') + "</td>" +
-      '<td data-field="kv">' + pct(r.kv) + bar(r.kv, "kv") + "</td>" +
+      '<td data-field="kv">' + pct(r.kv) + bar(r.kv, "kv", true) + "</td>" +
       '<td data-field="waiting">' + fmt(r.waiting, 0) + "</td>" +
       '<td data-field="running">' + fmt(r.running, 0) + "</td>" +
       '<td data-field="hit">' + pct(r.hitRate) + bar(r.hitRate) + "</td>" +
