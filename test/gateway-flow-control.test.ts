@@ -124,6 +124,8 @@ test("a request waits at the gateway while the pool is saturated and is served w
       await metrics(gw),
       /llm_d_epp_flow_control_requests_total\{outcome="Dispatched",priority="0",fairness_id="tenant-a"\} 1/,
     );
+    // The request counter carries the same fairness id, not a fixed "default-flow".
+    assert.match(await metrics(gw), /llm_d_epp_request_total\{[^}]*fairness_id="tenant-a"[^}]*\} 1/);
   } finally {
     await gw.close();
     await up.close();

@@ -188,7 +188,7 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
   it("unknown plugin type", () =>
     rejects(`${P}- type: quee-scorer\n`, '"quee-scorer"', "unknown plugin type"));
   it("known but unimplemented type", () =>
-    rejects(`${P}- type: latency-scorer\n`, "latency-scorer", "not implemented"));
+    rejects(`${P}- type: lora-affinity-scorer\n`, "lora-affinity-scorer", "not implemented"));
   it("unknown parameter", () =>
     rejects(
       `${P}- type: queue-scorer\n  name: q\n  parameters: { threshold: 3 }\n`,
@@ -214,11 +214,11 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
       "prefillCalibrationFile",
       "not supported",
     ));
-  it("unimplemented parameter value", () =>
+  it("unknown parameter value", () =>
     rejects(
-      `${P}- type: prefix-cache-affinity-filter\n  parameters: { ttftSource: latencyPredictor }\n`,
+      `${P}- type: prefix-cache-affinity-filter\n  parameters: { ttftSource: oracle }\n`,
       "ttftSource",
-      "not implemented",
+      "latencyPredictor",
     ));
   it("duplicate plugin names", () =>
     rejects(`${P}- type: queue-scorer\n- type: queue-scorer\n`, '"queue-scorer"', "twice"));

@@ -122,17 +122,27 @@ workload:
     assert.ok(c(tiers) > c(gpu), `cached tokens with CPU events ${c(tiers)} vs GPU events only ${c(gpu)}`);
   });
 
-  it("ships scenarios that parse: tiered-13x compares GPU-only with +CPU, tiered-shared-prefix four routers on +CPU", () => {
+  it("ships scenarios that parse: tiered-13x compares GPU-only, +CPU and +storage, tiered-shared-prefix five routers on +CPU (one with storage too)", () => {
     const x = loadScenario("scenarios/tiered-13x.yaml");
     assert.deepEqual(
-      x.routers.map((r) => [r.name, r.pools[0].kvOffload !== undefined]),
+      x.routers.map((r) => [
+        r.name,
+        r.pools[0].kvOffload !== undefined,
+        r.pools[0].sharedStorage !== undefined,
+      ]),
       [
-        ["gpu-only", false],
-        ["cpu", true],
+        ["gpu-only", false, false],
+        ["cpu", true, false],
+        ["cpu-200", true, false],
+        ["storage", true, true],
       ],
     );
     const s = loadScenario("scenarios/tiered-shared-prefix.yaml");
-    assert.equal(s.routers.length, 4);
+    assert.equal(s.routers.length, 5);
+    assert.ok(
+      s.routers[4].pools[0].sharedStorage !== undefined,
+      "precise-storage adds the shared filesystem",
+    );
     for (const r of s.routers) assert.ok(r.pools[0].kvOffload !== undefined, r.name);
   });
 });

@@ -10,6 +10,7 @@
  * one network read form one chunk, so bundled delivery shows up as multi-token chunks in the ITL.
  */
 import { Agent, request } from "undici";
+import { tagHeaders } from "./breakdown.ts";
 import { fleetStats, metricsUrl, type ReplicaSnapshot, scrapeReplica } from "./fleet-metrics.ts";
 import type { RequestRecord } from "./metrics.ts";
 import { resolveModel } from "./model-list.ts";
@@ -208,13 +209,19 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
         const res = await request(`${base}${chat ? "/v1/chat/completions" : "/v1/completions"}`, {
           method: "POST",
           body,
-          headers,
+          headers: spec.tags === undefined ? headers : { ...headers, ...tagHeaders(spec) },
           dispatcher,
           signal,
         });
         if (res.statusCode !== 200) {
           const text = (await res.body.text()).slice(0, 300);
-          rec.error = { kind: `http_${res.statusCode}`, status: res.statusCode, message: text };
+          const reason = res.headers["x-llm-d-request-dropped-reason"];
+          rec.error = {
+            kind: `http_${res.statusCode}`,
+            status: res.statusCode,
+            message: text,
+            ...(typeof reason === "string" ? { reason } : {}),
+          };
         } else {
           const splitter = new SseSplitter();
           const handle = (payloads: string[]) => {

@@ -6,12 +6,16 @@
 import { parseAllDocuments, stringify } from "yaml";
 import { createRng } from "../scheduler/rng.ts";
 
-/** vtc / round-robin: the example's standard band with that fairness; global-strict = FCFS across tenants. */
-export const FLOW_CONFIGS = ["vtc", "round-robin", "global-strict", "off"] as const;
+/**
+ * vtc / round-robin: the example's standard band with that fairness; global-strict = FCFS across
+ * tenants; vtc-no-holdback: vtc without the holdback (a flooding tenant may fill the gate).
+ */
+export const FLOW_CONFIGS = ["vtc", "vtc-no-holdback", "round-robin", "global-strict", "off"] as const;
 export type FlowConfigName = (typeof FLOW_CONFIGS)[number];
 
 const FAIRNESS_PLUGIN: Record<Exclude<FlowConfigName, "off">, string> = {
   vtc: "vtc-fairness-policy",
+  "vtc-no-holdback": "vtc-fairness-policy",
   "round-robin": "round-robin-fairness-policy",
   "global-strict": "global-strict-fairness-policy",
 };
@@ -29,11 +33,17 @@ type Band = { priority: number; fairnessPolicyRef?: string };
 
 /**
  * The flow-control example turned into one of the bench's configs: concurrency-detector's
- * maxConcurrency set, and the priority-0 band's fairness policy replaced; "off" drops the feature
+ * maxConcurrency set, and the priority-0 band's fairness policy replaced; vtc-fairness-policy's
+ * holdback set to `holdback` when given (vtc-no-holdback: removed); "off" drops the feature
  * gate, the flowControl section and its plugins (llm-d's legacy admission then applies). The
  * InferenceObjective documents are kept as they are.
  */
-export function flowConfigVariant(exampleYaml: string, name: FlowConfigName, maxConcurrency: number): string {
+export function flowConfigVariant(
+  exampleYaml: string,
+  name: FlowConfigName,
+  maxConcurrency: number,
+  holdback?: number,
+): string {
   const docs = parseAllDocuments(exampleYaml);
   if (!Array.isArray(docs) || docs.length === 0) throw new Error("flow-control example: no YAML documents");
   const epc = docs[0].toJS() as {
@@ -51,6 +61,12 @@ export function flowConfigVariant(exampleYaml: string, name: FlowConfigName, max
     epc.plugins = epc.plugins.filter((p) => !FLOW_PLUGIN_TYPES.has(p.type));
   } else {
     detector.parameters = { ...detector.parameters, maxConcurrency };
+    const vtc = epc.plugins.find((p) => p.type === "vtc-fairness-policy");
+    if (vtc !== undefined) {
+      const { holdback: old, ...rest } = vtc.parameters ?? {};
+      const h = name === "vtc-no-holdback" ? undefined : (holdback ?? old);
+      vtc.parameters = { ...rest, ...(h !== undefined ? { holdback: h } : {}) };
+    }
     const type = FAIRNESS_PLUGIN[name];
     if (!epc.plugins.some((p) => p.type === type)) epc.plugins.push({ type });
     standard.fairnessPolicyRef = type;

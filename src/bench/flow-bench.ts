@@ -1,8 +1,12 @@
 /**
  * bench:flow — flow control end to end: a simulated replica (its own process, --max-num-seqs 4)
  * behind an in-process gateway running config/examples/flow-control.yaml (concurrency-detector
- * maxConcurrency 5), per config: the example (vtc), its standard band with round-robin or
- * global-strict (FCFS across tenants) fairness, and flow control off. A fresh gateway per config
+ * maxConcurrency 5), per config: the example (vtc, with its holdback: a tenant holding its share
+ * of the gate stops at ceiling − holdback, so another tenant's request goes at once), vtc without
+ * the holdback, its standard band with round-robin or global-strict (FCFS across tenants)
+ * fairness, and flow control off. The holdback defaults to 1 − (max-num-seqs − 1)/maxConcurrency:
+ * a flooding tenant keeps at most max-num-seqs − 1 requests in flight, so the replica's batch
+ * always has a free seat for the other tenant. A fresh gateway per config
  * and scenario, a fresh replica per config (prompts never repeat, so its prefix cache never helps).
  *   noisy neighbour — tenant B's TTFT alone and under tenant A's flood, B's p90 ratio against
  *                     issue 14's "within 2×" (a measurement, printed as PASS/MISS), A's served
@@ -12,8 +16,8 @@
  * Times are the replica's simulated seconds (client wall time × --time-scale). Writes JSON (default
  * results/bench-flow.json).
  *
- *   npm run bench:flow -- [--time-scale 2] [--configs vtc,round-robin,global-strict,off]
- *     [--max-concurrency 5] [--max-num-seqs 4] [--seed 1] [--quick] [--json FILE]
+ *   npm run bench:flow -- [--time-scale 2] [--configs vtc,vtc-no-holdback,round-robin,global-strict,off]
+ *     [--max-concurrency 5] [--max-num-seqs 4] [--holdback H] [--seed 1] [--quick] [--json FILE]
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -52,6 +56,7 @@ const { values: args } = parseArgs({
     configs: { type: "string", default: FLOW_CONFIGS.join(",") },
     "max-concurrency": { type: "string", default: "5" },
     "max-num-seqs": { type: "string", default: "4" },
+    holdback: { type: "string" },
     seed: { type: "string", default: "1" },
     quick: { type: "boolean", default: false },
     json: { type: "string", default: "results/bench-flow.json" },
@@ -71,6 +76,10 @@ async function main(): Promise<void> {
   const maxConcurrency = num("max-concurrency", args["max-concurrency"]);
   const maxNumSeqs = num("max-num-seqs", args["max-num-seqs"]);
   const seed = num("seed", args.seed);
+  const holdback =
+    args.holdback === undefined ? 1 - (maxNumSeqs - 1) / maxConcurrency : Number(args.holdback);
+  if (!(holdback >= 0 && holdback <= 1))
+    throw new Error(`--holdback must be a fraction from 0 to 1, got ${args.holdback ?? holdback}`);
   const configs = (args.configs ?? "").split(",").filter(Boolean) as FlowConfigName[];
   for (const c of configs)
     if (!FLOW_CONFIGS.includes(c))
@@ -99,7 +108,8 @@ async function main(): Promise<void> {
   const f2 = (x: number) => x.toFixed(2);
   console.log(
     `bench:flow — 1 simulated replica (--max-num-seqs ${maxNumSeqs}, --time-scale ${timeScale}) behind an in-process gateway; ` +
-      `${os.cpus().length} CPUs, load average ${loadStart.map(f2).join(" ")}. Times in simulated seconds.`,
+      `${os.cpus().length} CPUs, load average ${loadStart.map(f2).join(" ")}. Times in simulated seconds. ` +
+      `vtc holdback ${f2(holdback)} (a tenant at its share stops at ${f2(maxConcurrency * (1 - holdback))} of ${maxConcurrency} in flight).`,
   );
   const results: Record<string, unknown> = {};
   const noisyRows: string[][] = [];
@@ -131,7 +141,7 @@ async function main(): Promise<void> {
       };
       await models.close();
       const model = list.data[0].id;
-      const config = flowConfigVariant(example, name, maxConcurrency);
+      const config = flowConfigVariant(example, name, maxConcurrency, holdback);
       console.log(
         `\n[${name}] noisy neighbour: B alone, then A floods ${noisy.aRequests} × ${noisy.aPromptTokens} tokens`,
       );
@@ -270,7 +280,7 @@ async function main(): Promise<void> {
       note: "the replica (a child process), the gateway and the load generator (this process) share these CPUs",
     },
     node: { version: process.version },
-    params: { timeScale, maxConcurrency, maxNumSeqs, seed, quick, configs, noisy, mix },
+    params: { timeScale, maxConcurrency, maxNumSeqs, holdback, seed, quick, configs, noisy, mix },
     replica: banner,
     results,
   };

@@ -196,7 +196,11 @@ export function makeEndpoints(n: number, roles: boolean): EndpointState[] {
     out.push({
       id: `${address}:8000`,
       address,
-      labels: roles ? { "llm-d.ai/role": i % 2 === 0 ? "decode" : "prefill" } : {},
+      // Two regions, for locality-filter; no other example config reads the label.
+      labels: {
+        "topology.kubernetes.io/region": i % 2 === 0 ? "us-east" : "us-west",
+        ...(roles ? { "llm-d.ai/role": i % 2 === 0 ? "decode" : "prefill" } : {}),
+      },
       metrics: null,
     });
   }

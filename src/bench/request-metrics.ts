@@ -12,6 +12,8 @@ export interface RequestError {
   kind: string;
   message: string;
   status?: number;
+  /** x-llm-d-request-dropped-reason of a gateway rejection (e.g. rejected-saturated). */
+  reason?: string;
 }
 
 export interface RequestRecord {
@@ -34,6 +36,13 @@ export interface RequestRecord {
   /** usage.prompt_tokens_details.cached_tokens when the server reports it. */
   cachedTokens?: number;
   error?: RequestError;
+  /** The endpoint that served it, when known (the fleet simulator records it). */
+  endpoint?: string;
+  /**
+   * Seconds the response took to travel back to the client after the times above were taken (the
+   * simulator's cross-region hop): added to TTFT and E2E, not to inter-token gaps.
+   */
+  networkDelay?: number;
 }
 
 export interface RequestMetrics {
@@ -67,11 +76,12 @@ export function requestMetrics(r: RequestRecord, withItls = true): RequestMetric
   const tokensOut = r.completionTokens;
   const m: RequestMetrics = { ok, itls: [], tokensIn: r.promptTokens, tokensOut };
   if (!ok) return m;
-  m.e2e = r.end - r.start;
+  const back = r.networkDelay ?? 0;
+  m.e2e = r.end - r.start + back;
   let first = -1;
   for (let i = 0; i < r.chunkTimes.length && first < 0; i++) if (r.chunkTokens[i] > 0) first = i;
   if (first < 0) return m;
-  m.ttft = r.chunkTimes[first] - r.start;
+  m.ttft = r.chunkTimes[first] - r.start + back;
   if (withItls) forEachItl(r, (g) => m.itls.push(g));
   if (tokensOut > 1) m.tpot = (m.e2e - m.ttft) / (tokensOut - 1);
   return m;

@@ -7,6 +7,7 @@
  * --max-error-rate of requests failed, nothing was sent, or the results could not go where asked).
  */
 import { type Command, InvalidArgumentError, Option } from "commander";
+import { type Breakdown, breakdown, formatBreakdown } from "../bench/breakdown.ts";
 import { type DriverProgress, runBench } from "../bench/driver.ts";
 import { formatProgress, formatSummary } from "../bench/format.ts";
 import { parseSlo } from "../bench/metrics.ts";
@@ -93,6 +94,11 @@ async function action(f: Flags, cmd: Command): Promise<void> {
     slo: f.slo,
   });
   console.log(formatSummary(run, unit));
+  const split = breakdown(result.records, workload.requests);
+  if (split !== null) {
+    (run as typeof run & { breakdown?: Breakdown }).breakdown = split;
+    console.log(`\n${formatBreakdown(split)}`);
+  }
   if (result.fleet?.kv_usage_note && result.records.length)
     console.error(`note: ${result.fleet.kv_usage_note}`);
   if (result.maxScheduleLag > 1)

@@ -7,13 +7,16 @@
 import { writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { type Command, InvalidArgumentError } from "commander";
+import { formatBreakdown } from "../bench/breakdown.ts";
 import {
   formatComparison,
   formatLimits,
   formatRouter,
+  formatRunLimits,
   formatSaturatedStages,
   formatVerdicts,
 } from "../sim/fleet/format.ts";
+import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
@@ -55,6 +58,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
         const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";
         console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
+        if (o.run.breakdown) console.log(`${formatBreakdown(o.run.breakdown)}\n`);
       },
     });
   } catch (e) {
@@ -65,10 +69,12 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   console.log(formatComparison(res));
   console.log("");
   const fleets = wantsFleetComparison(res) ? formatFleetComparison(res) : "";
-  for (const section of [fleets, formatSaturatedStages(res), formatVerdicts(res)]) {
+  for (const section of [fleets, formatLocality(res), formatSaturatedStages(res), formatVerdicts(res)]) {
     if (section) console.log(`${section}\n`);
   }
   console.log(formatLimits(res.limits));
+  const own = formatRunLimits(res);
+  if (own) console.log(own);
   console.error(
     `total wall ${res.wall_clock.total_s.toFixed(1)} s, peak memory ${res.wall_clock.peak_rss_mib.toFixed(0)} MiB`,
   );

@@ -17,8 +17,12 @@ export interface OffloadLoad {
   bytes: number;
   startTime: number;
   readyAt: number;
-  /** Chunk keys pinned by the load. */
+  /** CPU chunk keys pinned by the load. */
   keys: string[];
+  /** Shared-storage chunk keys pinned by the load (storage-tier.ts); absent without storage hits. */
+  storageKeys?: string[];
+  /** Prompt tokens of `tokens` that come from shared storage. */
+  storageTokens?: number;
 }
 
 /** One finished or queued copy, for the size histograms. */
@@ -39,10 +43,12 @@ export interface OffloadCounters {
   externalHits: number;
   numChunks: number;
   capacityChunks: number;
+  /** Tokens of externalHits found in shared storage (0 without it). */
+  storageHits: number;
 }
 
-/** vLLM's placeholder CPU BlockStored for one store job's chunks. */
-export function placeholderEvent(keys: bigint[]): KVEvent {
+/** vLLM's placeholder BlockStored for one store job's chunks (CPU; llm-d's storage tier uses it too). */
+export function placeholderEvent(keys: bigint[], medium = "CPU"): KVEvent {
   return {
     type: "BlockStored",
     blockHashes: keys,
@@ -50,7 +56,7 @@ export function placeholderEvent(keys: bigint[]): KVEvent {
     tokenIds: [],
     blockSize: 0,
     loraId: null,
-    medium: "CPU",
+    medium,
     loraName: null,
     extraKeys: null,
     groupIdx: 0,

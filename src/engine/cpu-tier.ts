@@ -7,7 +7,10 @@
  * hittable when its device→host copy ends; a load pins its chunks until the caller reports the
  * host→device copy done. Each direction is one FIFO link at its bandwidth, so transfers queue and
  * none is free. A request that finishes while its stores copy keeps its GPU blocks until they end
- * (vLLM request_finished returns True while stores are pending). Pure: times are passed in.
+ * (vLLM request_finished returns True while stores are pending). With a fleet's shared storage
+ * (storage-tier.ts), the lookup continues chunk by chunk from CPU into storage, a storage hit loads at
+ * the storage's read bandwidth beside the CPU part of the same load, and every chunk stored to CPU is
+ * written on to storage unless storage holds it already. Pure: times are passed in.
  */
 import type { KVEvent } from "../kv/events.ts";
 import type { BlockPool } from "./block-pool.ts";
@@ -19,6 +22,7 @@ import {
   placeholderEvent,
 } from "./cpu-tier-events.ts";
 import type { Req } from "./engine-state.ts";
+import type { SharedStorage, StorageItem } from "./storage-tier.ts";
 import type { OffloadConfig } from "./types.ts";
 
 export type { OffloadCounters, OffloadLoad, OffloadTransfer } from "./cpu-tier-events.ts";
@@ -71,6 +75,9 @@ export class CpuTier {
   readonly counters: OffloadCounters;
   /** Copies since the last takeTransfers (only kept when `keepTransfers`). */
   private transfers: OffloadTransfer[] = [];
+  /** The fleet's shared storage and this tier's writer id there, or null / -1. */
+  private readonly storage: SharedStorage | null;
+  private readonly writer: number;
 
   constructor(
     cfg: OffloadConfig,
@@ -78,6 +85,7 @@ export class CpuTier {
     bytesPerToken: number,
     private readonly emitEvents: boolean,
     private readonly keepTransfers = false,
+    storage: SharedStorage | null = null,
   ) {
     this.chunkTokens = cfg.chunkTokens ?? blockSize;
     if (!Number.isInteger(this.chunkTokens) || this.chunkTokens <= 0 || this.chunkTokens % blockSize !== 0)
@@ -103,7 +111,10 @@ export class CpuTier {
       externalHits: 0,
       numChunks: 0,
       capacityChunks: this.capacity,
+      storageHits: 0,
     };
+    this.storage = storage;
+    this.writer = storage === null ? -1 : storage.attach(this.chunkBytes, emitEvents);
   }
 
   /**
@@ -119,7 +130,8 @@ export class CpuTier {
       }
       this.deferredFrees = keep;
     }
-    if (this.pendingStored.length === 0) return;
+    // Storage writes start after their CPU copy: announced after it.
+    if (this.pendingStored.length === 0) return void this.storage?.advance(now);
     const still: Chunk[] = [];
     const due: Chunk[] = [];
     for (const c of this.pendingStored) {
@@ -129,6 +141,7 @@ export class CpuTier {
     }
     this.pendingStored = still;
     this.publish(due);
+    this.storage?.advance(now);
   }
 
   /**
@@ -143,11 +156,17 @@ export class CpuTier {
     const start = Math.floor(gpuHit / ct);
     const { his, los } = r.hasher;
     let hits = 0;
+    const storage = this.storage;
     for (let i = start; i < numChunks; i++) {
       const last = (i + 1) * f - 1;
       const k = key(his[last], los[last]);
       const c = this.chunks.get(k);
-      if (c === undefined || c.readyAt > now) break;
+      if (c === undefined || c.readyAt > now) {
+        // Tiering: a chunk CPU lacks may be in the fleet's shared storage.
+        if (storage === null || !storage.hit(k, now)) break;
+        hits++;
+        continue;
+      }
       this.chunks.delete(k);
       this.chunks.set(k, c);
       hits++;
@@ -167,22 +186,44 @@ export class CpuTier {
     const start = Math.floor(gpuHit / ct);
     const end = (gpuHit + tokens) / ct;
     const keys: string[] = [];
+    let fromStorage: string[] | null = null;
     for (let i = start; i < end; i++) {
       const last = (i + 1) * f - 1;
       const k = key(r.hasher.his[last], r.hasher.los[last]);
       const c = this.chunks.get(k);
-      if (c === undefined) throw new Error(`cpu tier: chunk ${k} vanished between lookup and load`);
+      if (c === undefined || c.readyAt > now) {
+        // lookup found it in shared storage (storage.startRead throws if it is not there).
+        if (this.storage === null) throw new Error(`cpu tier: chunk ${k} vanished between lookup and load`);
+        (fromStorage ??= []).push(k);
+        continue;
+      }
       c.pins++;
       keys.push(k);
     }
     const bytes = keys.length * this.chunkBytes;
     const seconds = bytes / this.loadBw;
-    const begin = Math.max(now, this.loadFreeAt);
-    this.loadFreeAt = begin + seconds;
-    this.counters.loadBytes += bytes;
-    this.counters.loadTime += seconds;
-    if (this.keepTransfers) this.transfers.push({ kind: "load", bytes, seconds });
-    return { requestId: r.record.id, tokens, bytes, startTime: begin, readyAt: begin + seconds, keys };
+    let begin = now;
+    let readyAt = now;
+    if (keys.length > 0) {
+      begin = Math.max(now, this.loadFreeAt);
+      readyAt = this.loadFreeAt = begin + seconds;
+      this.counters.loadBytes += bytes;
+      this.counters.loadTime += seconds;
+      if (this.keepTransfers) this.transfers.push({ kind: "load", bytes, seconds });
+    }
+    const load: OffloadLoad = { requestId: r.record.id, tokens, bytes, startTime: begin, readyAt, keys };
+    if (fromStorage !== null && this.storage !== null) {
+      // The storage part reads beside the CPU part; the load is done when both are.
+      const rd = this.storage.startRead(fromStorage, now);
+      const storageTokens = Math.min(tokens, fromStorage.length * ct);
+      load.storageKeys = fromStorage;
+      load.storageTokens = storageTokens;
+      load.bytes += rd.bytes;
+      load.startTime = keys.length > 0 ? Math.min(begin, rd.startTime) : rd.startTime;
+      load.readyAt = Math.max(keys.length > 0 ? readyAt : 0, rd.readyAt);
+      this.counters.storageHits += storageTokens;
+    }
+    return load;
   }
 
   /** Unpins a load's chunks (its copy ended, or its request went away). */
@@ -191,6 +232,7 @@ export class CpuTier {
       const c = this.chunks.get(k);
       if (c !== undefined && c.pins > 0) c.pins--;
     }
+    if (load.storageKeys !== undefined) this.storage?.endRead(load.storageKeys);
   }
 
   /**
@@ -213,8 +255,12 @@ export class CpuTier {
       this.counters.allocationFailures++;
       return;
     }
+    const from = r.nextStoreChunk;
     r.nextStoreChunk = upTo;
-    if (fresh.length === 0) return;
+    if (fresh.length === 0) {
+      if (this.storage !== null) this.writeToStorage(r, from, upTo, end);
+      return;
+    }
     const bytes = fresh.length * this.chunkBytes;
     const seconds = bytes / this.storeBw;
     const begin = Math.max(end, this.storeFreeAt);
@@ -247,6 +293,21 @@ export class CpuTier {
       this.pendingStored.push(c);
     }
     this.counters.numChunks = this.chunks.size;
+    if (this.storage !== null) this.writeToStorage(r, from, upTo, readyAt);
+  }
+
+  /** Writes chunks [from, upTo) of `r` that storage lacks, once their CPU copy exists at `at`. */
+  private writeToStorage(r: Req, from: number, upTo: number, at: number): void {
+    const storage = this.storage as SharedStorage;
+    const f = this.factor;
+    const { his, los } = r.hasher;
+    const items: StorageItem[] = [];
+    for (let i = from; i < upTo; i++) {
+      const last = (i + 1) * f - 1;
+      const k = key(his[last], los[last]);
+      if (!storage.has(k)) items.push({ key: k, hash: this.emitEvents ? r.hasher.value(last) : 0n });
+    }
+    if (items.length > 0) storage.write(this.writer, items, at);
   }
 
   /** Evicts LRU chunks whose store ended by `now` and that no load pins, until `n` fit. */
@@ -326,6 +387,7 @@ export class CpuTier {
   }
 
   takeEvents(): KVEvent[] {
+    if (this.storage !== null) for (const x of this.storage.takeEvents(this.writer)) this.events.push(x);
     const e = this.events;
     this.events = [];
     return e;

@@ -23,6 +23,7 @@ import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
 import type { KvLeases } from "./kv-lease.ts";
 import { sampleToken } from "./output-tokens.ts";
 import { type BatchShape, kvBytesPerToken, stepTime } from "./profile.ts";
+import type { SharedStorage } from "./storage-tier.ts";
 import type {
   EngineConfig,
   EngineRequest,
@@ -46,6 +47,8 @@ export interface EngineOptions {
   promptHashMemo?: PromptHashMemo;
   /** CPU tier: keep each copy for cpuTier.takeTransfers (the size histograms); off by default. */
   keepOffloadTransfers?: boolean;
+  /** The fleet's shared-storage tier behind the CPU tier (storage-tier.ts); needs kvOffload. */
+  sharedStorage?: SharedStorage;
 }
 
 /** The step's event list when KV events are off (never mutated). */
@@ -91,6 +94,10 @@ export class Engine {
     this.config = config;
     if (config.kvOffload !== undefined && !config.enablePrefixCaching)
       bad("kvOffload needs enablePrefixCaching (the CPU tier is keyed by block hashes)");
+    if (options.sharedStorage !== undefined && config.kvOffload === undefined)
+      bad(
+        "shared storage needs kvOffload: it is the CPU tier's secondary tier (llm-d's CPU + filesystem tiering)",
+      );
     this.cpuTier =
       config.kvOffload === undefined
         ? null
@@ -100,6 +107,7 @@ export class Engine {
             kvBytesPerToken(config.profile.model),
             config.enableKvCacheEvents,
             options.keepOffloadTransfers === true,
+            options.sharedStorage ?? null,
           );
     this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
     this.sched = new StepScheduler(config, this.kv, this.counters, this.cpuTier);

@@ -6,6 +6,12 @@
  * it stops at the first band whose saturation ceiling is reached, so a lower band never overtakes),
  * lets the band's fairness policy pick a flow and the ordering policy pick that flow's next request.
  * Every enqueued request leaves exactly once: dispatched, expired (TTL) or removed (disconnect).
+ * Flows count what they have in flight (dispatched until completed() or released()), so a band's
+ * `holdback` (kvgate's vtc-fairness-policy parameter) can keep the top of the saturation ceiling
+ * for flows holding less than their share: once the band knows more than one flow (flows are
+ * forgotten flowGcAfter after their last request), a flow that floods the gate stops at
+ * ceiling − holdback, and another flow's request is dispatched at once instead of waiting for one
+ * of the flood's requests to end.
  * Outcomes and statuses as llm-d-router's admission translates them (`requestcontrol/admission.go`):
  * capacity → 429 rejected-saturated (503 rejected-no-endpoints with an empty pool), TTL → 503
  * rejected-ttl-expired, client gone → rejected-context-cancelled.
@@ -42,6 +48,8 @@ interface Flow {
   /** VTC's virtual token counter (weighted); unused by other policies. */
   counter: number;
   lastActive: number;
+  /** Dispatched and not yet completed or released. */
+  inflight: number;
 }
 interface Band {
   s: BandSettings;
@@ -52,6 +60,8 @@ interface Band {
   cursor: string | null;
   /** VTC: the counter of the flow dispatched last, after its charge (an idle band's virtual time). */
   floor: number;
+  /** Σ flows' in flight. */
+  inflight: number;
 }
 
 export class FlowController {
@@ -85,7 +95,7 @@ export class FlowController {
         : this.settings.defaultBand),
       priority,
     };
-    b = { s: t, flows: new Map(), count: 0, bytes: 0, cursor: null, floor: 0 };
+    b = { s: t, flows: new Map(), count: 0, bytes: 0, cursor: null, floor: 0, inflight: 0 };
     this.#bands.set(priority, b);
     this.#bandOrder = [...this.#bands.values()].sort((x, y) => y.s.priority - x.s.priority);
     return b;
@@ -121,7 +131,15 @@ export class FlowController {
     }
     let flow = band.flows.get(req.fairnessId);
     if (!flow) {
-      flow = { id: req.fairnessId, items: [], bytes: 0, servedTokens: 0, counter: 0, lastActive: now };
+      flow = {
+        id: req.fairnessId,
+        items: [],
+        bytes: 0,
+        servedTokens: 0,
+        counter: 0,
+        lastActive: now,
+        inflight: 0,
+      };
       band.flows.set(req.fairnessId, flow);
     }
     if (flow.items.length === 0 && band.s.fairness.kind === "vtc") {
@@ -178,7 +196,10 @@ export class FlowController {
   /**
    * Dispatches at most one request: bands high → low; the first non-empty band whose ceiling is
    * above `saturation` gives one; a non-empty band at or over its ceiling stops the cycle (llm-d's
-   * deliberate head-of-line blocking). Null when nothing may go.
+   * deliberate head-of-line blocking). With a band holdback h and more than one flow known to the
+   * band, at saturation ≥ ceiling − h only its flows below their share of the band's in flight
+   * (in flight ÷ active flows) may go; if none is queued the cycle stops there too. Null when
+   * nothing may go.
    */
   dispatch(now: number, saturation: number): Left | null {
     const order = this.#bandOrder;
@@ -190,7 +211,11 @@ export class FlowController {
       const band = order[i];
       if (band.count === 0) continue;
       if (saturation >= cs[i]) return null;
-      const flow = pickFlow(band);
+      const h = band.s.fairness.kind === "vtc" ? (band.s.fairness.holdback ?? 0) : 0;
+      // Only a band that knows another flow (seen within flowGcAfter) has someone to hold it for.
+      const held = h > 0 && band.flows.size > 1 && saturation >= cs[i] - h;
+      const flow = pickFlow(band, held ? underShare(band) : null);
+      if (flow === null) return null;
       const item = flow.items[0];
       this.#take(band, flow, item);
       const fair = band.s.fairness;
@@ -200,6 +225,8 @@ export class FlowController {
       }
       flow.servedTokens += item.req.promptTokens;
       flow.lastActive = now;
+      flow.inflight++;
+      band.inflight++;
       band.cursor = flow.id;
       return { request: item.req, waited: now - item.enqueuedAt, outcome: "Dispatched" };
     }
@@ -210,6 +237,7 @@ export class FlowController {
   completed(fairnessId: string, priority: number, outputTokens: number, promptCorrection = 0): void {
     const flow = this.#bands.get(priority)?.flows.get(fairnessId);
     if (!flow) return;
+    this.#leave(priority, flow);
     const fair = (this.#bands.get(priority) as Band).s.fairness;
     const add = Math.max(0, outputTokens);
     flow.servedTokens = Math.max(0, flow.servedTokens + add + promptCorrection);
@@ -218,6 +246,18 @@ export class FlowController {
         0,
         flow.counter + fair.outputTokenWeight * add + fair.promptTokenWeight * promptCorrection,
       );
+  }
+
+  /** A dispatched request was never served (its scheduling failed): it is no longer in flight. */
+  released(fairnessId: string, priority: number): void {
+    const flow = this.#bands.get(priority)?.flows.get(fairnessId);
+    if (flow) this.#leave(priority, flow);
+  }
+
+  #leave(priority: number, flow: Flow): void {
+    if (flow.inflight <= 0) return;
+    flow.inflight--;
+    (this.#bands.get(priority) as Band).inflight--;
   }
 
   /** The client went away: the request leaves the queue now. False if it was not queued. */
@@ -258,7 +298,8 @@ export class FlowController {
   gc(now: number): void {
     for (const b of this.#bands.values())
       for (const [id, f] of b.flows)
-        if (f.items.length === 0 && now - f.lastActive >= this.settings.flowGcAfter) b.flows.delete(id);
+        if (f.items.length === 0 && f.inflight === 0 && now - f.lastActive >= this.settings.flowGcAfter)
+          b.flows.delete(id);
   }
 
   /** Queue state per band (high → low) and flow. */
@@ -282,6 +323,7 @@ export class FlowController {
               ? now - f.items.reduce((m, i) => Math.min(m, i.enqueuedAt), Number.POSITIVE_INFINITY)
               : 0,
             servedTokens: f.servedTokens,
+            inflight: f.inflight,
             ...(b.s.fairness.kind === "vtc" ? { virtualCounter: f.counter } : {}),
           })),
       })),
@@ -304,9 +346,23 @@ function insertSorted(items: Item[], item: Item): void {
   items.splice(lo, 0, item);
 }
 
-/** The band's fairness policy: which backlogged flow goes next. */
-function pickFlow(band: Band): Flow {
-  const live = [...band.flows.values()].filter((f) => f.items.length > 0);
+/**
+ * A band's flows below their share of what it has in flight (in flight ÷ flows queued or in
+ * flight): the ones the holdback keeps capacity for.
+ */
+function underShare(band: Band): (f: Flow) => boolean {
+  let active = 0;
+  for (const f of band.flows.values()) if (f.items.length > 0 || f.inflight > 0) active++;
+  const share = active > 0 ? band.inflight / active : 0;
+  return (f) => f.inflight === 0 || f.inflight < share;
+}
+
+/** The band's fairness policy: which backlogged flow (of those `eligible`, if given) goes next. */
+function pickFlow(band: Band, eligible: ((f: Flow) => boolean) | null = null): Flow | null {
+  const live = [...band.flows.values()].filter(
+    (f) => f.items.length > 0 && (eligible === null || eligible(f)),
+  );
+  if (live.length === 0) return null;
   const fair = band.s.fairness;
   if (fair.kind === "round-robin") {
     live.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

@@ -85,6 +85,8 @@ export interface FlowView {
   bytes: number;
   oldestAgeSeconds: number;
   servedTokens: number;
+  /** Dispatched and not yet finished. */
+  inflight: number;
   virtualCounter?: number;
 }
 export interface FlowsView {

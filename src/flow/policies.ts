@@ -26,8 +26,12 @@ export const PRIORITY_HOLDBACK = "priority-holdback-policy";
 export type FairnessSettings =
   | { kind: "global-strict" }
   | { kind: "round-robin" }
-  /** Counter += promptTokenWeight·prompt tokens at dispatch, outputTokenWeight·output tokens at completion. */
-  | { kind: "vtc"; promptTokenWeight: number; outputTokenWeight: number };
+  /**
+   * Counter += promptTokenWeight·prompt tokens at dispatch, outputTokenWeight·output tokens at
+   * completion. holdback: the top of the band's saturation ceiling kept for flows below their
+   * share of the band's in flight (0 or absent: none).
+   */
+  | { kind: "vtc"; promptTokenWeight: number; outputTokenWeight: number; holdback?: number };
 
 export type OrderingKind = "fcfs" | "edf" | "slo-deadline";
 
@@ -55,6 +59,7 @@ const none = z.strictObject({});
 const vtcParams = z.strictObject({
   promptTokenWeight: z.number().nonnegative().default(1),
   outputTokenWeight: z.number().nonnegative().default(2),
+  holdback: z.number().min(0).max(1).optional(),
 });
 const staticParams = z.strictObject({ threshold: z.number().positive().default(1) });
 const holdbackParams = z
@@ -99,7 +104,7 @@ export const FLOW_POLICY_SPECS = [
   })),
   policySpec(
     VTC,
-    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC).",
+    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC); holdback keeps the top of the ceiling for flows below their share.",
     vtcParams as unknown as z.ZodType<Record<string, unknown>>,
     (p) => ({
       role: "fairness",
@@ -107,6 +112,7 @@ export const FLOW_POLICY_SPECS = [
         kind: "vtc",
         promptTokenWeight: p.promptTokenWeight as number,
         outputTokenWeight: p.outputTokenWeight as number,
+        ...(typeof p.holdback === "number" && p.holdback > 0 ? { holdback: p.holdback } : {}),
       },
     }),
     true,

@@ -155,6 +155,8 @@ async function explain(gw: Gateway, req: IncomingMessage, res: ServerResponse, u
     primaryProfile: result.primaryProfile,
     profilesRun: ex?.profilesRun ?? [],
     decision: ex?.decision ?? null,
+    ...(ex?.denied ? { denied: ex.denied } : {}),
+    ...(ex?.plugins ? { plugins: ex.plugins } : {}),
     candidates: (primary?.candidates ?? []).map((c) => ({
       address: c.id,
       total: c.total,

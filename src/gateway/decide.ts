@@ -13,7 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
-import { admit, releaseFlow } from "./flow-gate.ts";
+import { admit, fairnessIdOf, releaseFlow } from "./flow-gate.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";
@@ -21,6 +21,7 @@ import { resolvePriority } from "./model-objectives.ts";
 import { type RewriteDecision, resolveModelRewrite } from "./model-rewrite.ts";
 import { type ApiRoute, type ParsedRequest, parseRequestBody } from "./request-body.ts";
 import { decodeSessionToken, type Routing } from "./routing.ts";
+import { applySloHeaders } from "./slo-headers.ts";
 import { promptTokenIds } from "./tokenize.ts";
 
 let nextId = 0;
@@ -119,6 +120,7 @@ export function prepare(
     const sid = headerValue(headers, routing.sessionIdHeader);
     if (sid) facts.sessionId = sid.slice(0, 256);
   }
+  applySloHeaders(facts, headers);
   return { parsed, facts, candidates, routing, rewrite, now };
 }
 
@@ -186,7 +188,7 @@ export async function decide(
   }
   const { routing, facts, rewrite, parsed } = p;
   const m = gw.metrics;
-  const labels = m.labels(parsed.model, facts.priority, facts.model);
+  const labels = m.labels(parsed.model, facts.priority, facts.model, fairnessIdOf(headers));
   m.requestTotal.inc(labels);
   const bytes = opts.bodyBytes ?? (typeof body === "string" ? Buffer.byteLength(body) : body.length);
   m.requestSize.observe(labels, bytes);

@@ -163,7 +163,7 @@ export class FlowGate {
     if (usage) {
       const correction = usage.promptTokens === undefined ? 0 : usage.promptTokens - f.req.promptTokens;
       f.gate.controller.completed(f.req.fairnessId, f.req.priority, usage.outputTokens, correction);
-    }
+    } else f.gate.controller.released(f.req.fairnessId, f.req.priority);
     if (f.gate !== this && f.gate.controller.size > 0) f.gate.pump();
     if (this.controller.size > 0) this.pump();
   }

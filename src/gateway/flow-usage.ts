@@ -27,18 +27,29 @@ export function reportUsage(
   });
 }
 
+/** What watchUsage() saw: the output tokens so far (for the scheduler's hooks) and the gate report. */
+export interface UsageWatch {
+  /** usage.completion_tokens, else one per data event; undefined when not watched. */
+  outputTokens(): number | undefined;
+  /** Reports the usage to the request's flow-control gate (a no-op without one). */
+  report(): void;
+}
+
+const UNWATCHED: UsageWatch = { outputTokens: () => undefined, report: () => {} };
+
 /**
- * Watches what the gateway writes to the client for the response's usage, and reports it to the
- * request's gate when the response ends. Returns the function to call then (a no-op without flow
- * control). A stream without a usage block counts one output token per data event.
+ * Watches what the gateway writes to the client for the response's usage, for the request's
+ * flow-control gate and for scheduler plugins that learn from output tokens (the latency
+ * predictor's TPOT); neither configured, nothing is watched. A stream without a usage block counts
+ * one output token per data event.
  */
 export function watchUsage(
   gw: Gateway,
   routing: Routing,
   requestId: string,
   res: ServerResponse,
-): () => void {
-  if (flowGateOf(gw, routing) === null) return () => {};
+): UsageWatch {
+  if (flowGateOf(gw, routing) === null && !routing.scheduler.wantsResponseUsage) return UNWATCHED;
   const usage = new UsageScanner();
   let events = 0;
   const scan = (chunk: unknown) => {
@@ -60,5 +71,8 @@ export function watchUsage(
     if (typeof a[0] !== "function") scan(a[0]);
     return end(...a);
   }) as typeof res.end;
-  return () => reportUsage(gw, routing, requestId, usage, events);
+  return {
+    outputTokens: () => usage.completionTokens ?? events,
+    report: () => reportUsage(gw, routing, requestId, usage, events),
+  };
 }

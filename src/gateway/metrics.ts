@@ -50,6 +50,7 @@ type KvLabels = "plugin_name" | "endpoint";
 export class GatewayMetrics {
   readonly registry = new Registry();
   readonly #seenModels = new Set<string>();
+  readonly #seenFairness = new Set<string>();
   readonly requestTotal: Counter<keyof ReqLabels>;
   readonly requestErrorTotal: Counter<keyof ReqLabels | "error_code">;
   readonly requestDuration: Histogram<keyof ReqLabels>;
@@ -261,18 +262,15 @@ export class GatewayMetrics {
     set(this.tokenizerEndpointFailures, endpoint?.failures ?? 0);
   }
 
-  /** Request labels with the model-name cardinality cap applied; `target` is the model after any rewrite. */
-  labels(model: string, priority: number, target = model): ReqLabels {
-    const m = this.#cap(model);
-    const t = target === model ? m : this.#cap(target);
-    return { model_name: m, target_model_name: t, fairness_id: "default-flow", priority: String(priority) };
-  }
-
-  #cap(model: string): string {
-    if (this.#seenModels.has(model)) return model;
-    if (this.#seenModels.size >= MAX_LABEL_VALUES) return "other";
-    this.#seenModels.add(model);
-    return model;
+  /**
+   * Request labels with the cardinality caps applied (client-chosen model names and fairness ids
+   * past the first MAX_LABEL_VALUES read "other"); `target` is the model after any rewrite.
+   */
+  labels(model: string, priority: number, target = model, fairnessId = "default-flow"): ReqLabels {
+    const m = cap(this.#seenModels, model);
+    const t = target === model ? m : cap(this.#seenModels, target);
+    const f = cap(this.#seenFairness, fairnessId);
+    return { model_name: m, target_model_name: t, fairness_id: f, priority: String(priority) };
   }
 
   /** Pool gauges from endpoint snapshots (called right before each /metrics scrape). */
@@ -313,4 +311,11 @@ export class GatewayMetrics {
       .filter((l) => l !== "")
       .join("\n")}\n`;
   }
+}
+
+function cap(seen: Set<string>, value: string): string {
+  if (seen.has(value)) return value;
+  if (seen.size >= MAX_LABEL_VALUES) return "other";
+  seen.add(value);
+  return value;
 }

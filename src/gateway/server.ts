@@ -219,9 +219,11 @@ async function proxyRequest(
       ).out;
     } else out = await forward(fwd);
   } finally {
-    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds());
+    routing.scheduler.onResponseComplete(facts, served ?? target.id, monotonicSeconds(), {
+      outputTokens: usageSeen.outputTokens(),
+    });
     m.requestRunning.dec(labels);
-    usageSeen();
+    usageSeen.report();
   }
   if (firstByteAt) m.ttft.observe({ ...labels, streaming: String(facts.stream) }, (firstByteAt - t0) / 1000);
   switch (out.kind) {

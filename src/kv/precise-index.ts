@@ -15,12 +15,14 @@
  *   hash per offloaded chunk, its last GPU block's): adds the tier to that block's entry and to the
  *   span − 1 blocks before it (span = block_size / the keyer's, or placeholderSpan when block_size is
  *   0). A hash the index does not know yet is held (bounded) until a BlockStored names it, so a
- *   placeholder that overtakes its GPU event is not lost (llm-d drops it, llm-d-kv-cache#561).
+ *   placeholder that overtakes its GPU event is not lost (llm-d drops it, llm-d-kv-cache#561); one that
+ *   comes after the block's BlockRemoved is restored from the keys kept for it (precise-recent.ts).
  *   block_size must equal the keyer's; group_idx > 0 is ignored
  *   (kvgate indexes KV-cache group 0, the only one of non-hybrid models).
  * - Shared tiers (sharedTiers, e.g. a filesystem every replica mounts): a copy any endpoint announces
  *   is kept once, on a pool-wide pseudo-endpoint, and counts for every candidate in match().
- * - BlockRemoved drops that tier (over the placeholder's span); an entry with no tier left is deleted with its engine mapping. A hash
+ * - BlockRemoved drops that tier (over the placeholder's span) unless another chunk's copy still holds
+ *   it (offload tiers are reference-counted, precise-recent.ts); an entry with no tier left is deleted with its engine mapping. A hash
  *   never stored is counted and ignored. AllBlocksCleared, resetEndpoint and removeEndpoint drop all of
  *   the endpoint's entries at once.
  * - Hard budget of maxEntries (key, endpoint) entries, LRU-evicted in O(1). A stored run is linked so its
@@ -34,6 +36,7 @@
 import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
 import { HeldPlaceholders } from "./precise-held.ts";
+import { RecentlyRemoved, TierRefs } from "./precise-recent.ts";
 import { matchWithShared } from "./precise-shared.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
 import {
@@ -82,6 +85,11 @@ export class PreciseIndex {
   private readonly sharedEp = new Map<number, number>();
   private readonly holds: HeldPlaceholders;
   private readonly span0: number;
+  private readonly recent: RecentlyRemoved;
+  private readonly refs = new TierRefs();
+  private readonly gpuBit: number;
+  /** An offload tier's event arrived: from then on removed blocks' keys are kept for late placeholders. */
+  private tiered = false;
 
   constructor(opts: PreciseIndexOptions) {
     this.keyer = opts.keyer;
@@ -90,6 +98,8 @@ export class PreciseIndex {
     this.c = newCounters();
     this.tiers = new TierTable(opts.tierWeights ?? { gpu: 1.0, cpu: 0.8 });
     this.holds = new HeldPlaceholders(opts.maxHeldPlaceholders ?? 65536);
+    this.recent = new RecentlyRemoved(opts.maxRecentlyRemoved ?? 65536);
+    this.gpuBit = this.tiers.bit("gpu");
     this.span0 = opts.placeholderSpan ?? 1;
     if (!(Number.isInteger(this.span0) && this.span0 >= 1 && this.span0 <= 256))
       throw new RangeError(`placeholderSpan must be an integer in [1, 256], got ${this.span0}`);
@@ -129,6 +139,7 @@ export class PreciseIndex {
         }
         const at = this.targetOf(ep, bit);
         const s = this.store;
+        this.recent.beginRemoval();
         for (const h of ev.blockHashes) {
           this.one[0] = h;
           const e = s.findEngine(this.one32[LO], this.one32[HI], at);
@@ -145,8 +156,8 @@ export class PreciseIndex {
             if (x === NIL) break;
             parents.push(x);
           }
-          this.dropTier(e, bit);
-          for (const p of parents) if (s.eKey[p] !== NIL) this.dropTier(p, bit);
+          this.releaseTier(e, bit);
+          for (const p of parents) if (s.eKey[p] !== NIL) this.releaseTier(p, bit);
         }
         return ev.blockHashes.length;
       }
@@ -154,6 +165,7 @@ export class PreciseIndex {
         this.c.clears++;
         this.store.clearEndpoint(ep);
         this.holds.dropEndpoint(ep);
+        this.recent.dropEndpoint(ep);
         return 1;
     }
   }
@@ -165,6 +177,7 @@ export class PreciseIndex {
     this.c.resets++;
     this.store.clearEndpoint(ep);
     this.holds.dropEndpoint(ep);
+    this.recent.dropEndpoint(ep);
   }
 
   /** Drops every entry of an endpoint and forgets it. */
@@ -173,6 +186,7 @@ export class PreciseIndex {
     if (ep === undefined || endpointId.startsWith(SHARED_PREFIX)) return;
     this.store.clearEndpoint(ep);
     this.holds.dropEndpoint(ep);
+    this.recent.dropEndpoint(ep);
     this.eps.delete(endpointId);
     this.epModel[ep] = "";
     this.freeEps.push(ep);
@@ -189,6 +203,8 @@ export class PreciseIndex {
     this.freeEps.length = 0;
     this.queue.clear();
     this.holds.clear();
+    this.recent.clear();
+    this.refs.clear();
     this.epVersion++;
   }
 
@@ -502,7 +518,19 @@ export class PreciseIndex {
   private dropTier(e: number, bit: number): void {
     const s = this.store;
     s.setFlags(e, s.flags(e) & ~bit);
-    if ((s.flags(e) & TIER_MASK) === 0) s.deleteEntry(e);
+    if ((s.flags(e) & TIER_MASK) !== 0) return;
+    if (this.tiered) this.recent.remember(s, e);
+    s.deleteEntry(e);
+  }
+
+  /** A removal of tier `bit` from e: one copy released; the tier goes with the last (precise-recent.ts). */
+  private releaseTier(e: number, bit: number): void {
+    if (!this.refs.release(e, bit)) this.dropTier(e, bit);
+  }
+
+  /** Tier `bit` is being set on e (non-GPU tiers are counted per copy). */
+  private countTier(e: number, bit: number, created: boolean): void {
+    if (bit !== this.gpuBit) this.refs.set(e, bit, !created && (this.store.flags(e) & bit) !== 0);
   }
 
   /** A placeholder (no token ids) from endpoint ep: applied where the hash is known, else held. */
@@ -515,6 +543,13 @@ export class PreciseIndex {
     }
     for (const h of ev.blockHashes) {
       if (this.applyPlaceholder(ep, h, bit, span)) continue;
+      if (
+        this.recent.size > 0 &&
+        this.recent.restore(this.store, this.refs, ep, this.targetOf(ep, bit), h, bit, span)
+      ) {
+        this.c.placeholderRestored++;
+        continue;
+      }
       this.c.locationOnlyUnknown++;
       this.holds.add(ep, h, bit, span);
     }
@@ -544,6 +579,7 @@ export class PreciseIndex {
       for (const [klo, khi] of keys) {
         const x = s.entryFor(klo, khi, at, NIL);
         if (x === NIL) return true;
+        this.countTier(x, bit, s.created);
         s.setFlags(x, s.flags(x) | bit);
         if (prev !== NIL) s.setParent(x, prev);
         s.lruPlace(x, NIL);
@@ -554,11 +590,13 @@ export class PreciseIndex {
       return true;
     }
     if (e === NIL) return false;
+    this.countTier(e, bit, false);
     s.setFlags(e, s.flags(e) | bit);
     if (span > 1) s.eSpan[e] = Math.min(span, 255);
     for (let j = 1; j < span; j++) {
       e = s.parent(e);
       if (e === NIL) break;
+      this.countTier(e, bit, false);
       s.setFlags(e, s.flags(e) | bit);
     }
     return true;
@@ -578,6 +616,7 @@ export class PreciseIndex {
     if (ev.groupIdx !== null && ev.groupIdx > 0) return void c.otherGroupSkipped++;
     const bit = this.tiers.bit(ev.medium);
     if (bit === 0) return void c.unknownMedium++;
+    if (bit !== this.gpuBit) this.tiered = true;
     const n = ev.blockHashes.length;
     if (ev.tokenIds.length === 0) return void this.placeholder(ep, ev, bit);
     const at = this.targetOf(ep, bit);
@@ -627,6 +666,7 @@ export class PreciseIndex {
       const e = s.entryFor(lo, hi, at, anchor);
       if (e === NIL) return;
       if (!s.created && s.flags(e) === SPEC) c.speculativeConfirmed++;
+      this.countTier(e, bit, s.created);
       s.setFlags(e, (s.flags(e) & ~SPEC) | bit);
       if (prev !== NIL && s.eKey[prev] !== NIL) s.setParent(e, prev);
       this.one[0] = ev.blockHashes[j];

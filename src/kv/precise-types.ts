@@ -29,6 +29,11 @@ export interface PreciseIndexOptions {
    */
   maxHeldPlaceholders?: number;
   /**
+   * Blocks whose last tier was removed whose keys are kept (newest first) so a placeholder of theirs
+   * that comes late (a CPU copy ending after HBM evicted the block) still lands. Default 65536.
+   */
+  maxRecentlyRemoved?: number;
+  /**
    * GPU blocks one placeholder hash stands for when the event says block_size 0 (newer vLLM): the
    * offload connector's block_size over the GPU block size. Default 1 (vLLM's native connector
    * offloads in GPU-sized blocks unless its block_size is set). An event with block_size > 0 gives
@@ -86,6 +91,8 @@ export interface PreciseIndexCounters {
   placeholderDropped: number;
   /** Held placeholders cancelled by a BlockRemoved before their GPU event arrived. */
   placeholderCancelled: number;
+  /** Placeholders for blocks removed just before, restored from their kept keys. */
+  placeholderRestored: number;
   engineKeyConflicts: number;
   speculativeAdded: number;
   speculativeConfirmed: number;
@@ -123,6 +130,7 @@ export function newCounters(): PreciseIndexCounters {
     placeholderResolved: 0,
     placeholderDropped: 0,
     placeholderCancelled: 0,
+    placeholderRestored: 0,
     engineKeyConflicts: 0,
     speculativeAdded: 0,
     speculativeConfirmed: 0,

@@ -17,6 +17,8 @@ export type PluginKind =
   | "profile-handler"
   | "decider"
   | "saturation-detector"
+  /** Refuses requests after the data producers ran, before any profile (latency-slo-admitter). */
+  | "admitter"
   /** A flow-control fairness, ordering or usage-limit policy (src/flow/policies.ts). */
   | "flow-policy"
   /** A known llm-d type configured outside EndpointPickerConfig in kvgate: loads, does nothing. */

@@ -14,8 +14,13 @@ import {
   labelSelectorSpec,
   prefillFilterSpec,
 } from "./plugins/filters/labels.ts";
+import { localityFilterSpec } from "./plugins/filters/locality.ts";
 import { affinityFilterSpec } from "./plugins/filters/prefix-affinity.ts";
 import { inflightSpec } from "./plugins/inflight/producer.ts";
+import { admitterSpec } from "./plugins/latency/admitter.ts";
+import { predictedLatencySpec } from "./plugins/latency/producer.ts";
+import { latencyScorerSpec } from "./plugins/latency/scorer.ts";
+import { tierFilterSpec } from "./plugins/latency/tier-filter.ts";
 import {
   maxScorePickerSpec,
   randomPickerSpec,
@@ -129,6 +134,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   decodeFilterSpec,
   encodeFilterSpec,
   labelSelectorSpec,
+  localityFilterSpec,
   maxScorePickerSpec,
   randomPickerSpec,
   weightedRandomPickerSpec,
@@ -140,16 +146,16 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   transferCostDeciderSpec,
   utilizationDetectorSpec,
   concurrencyDetectorSpec,
+  predictedLatencySpec,
+  latencyScorerSpec,
+  tierFilterSpec,
+  admitterSpec,
   ...FLOW_POLICY_SPECS,
 ];
 
 /** llm-d plugin types kvgate recognises but does not implement (yet). Older names are in legacy-config.ts. */
 export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
   "token-producer": "kvgate tokenizes in the gateway; pass RequestFacts.tokenIds instead",
-  "predicted-latency-producer": "the latency predictor is not implemented",
-  "latency-scorer": "the latency predictor is not implemented",
-  "slo-headroom-tier-filter": "the latency predictor is not implemented",
-  "latency-slo-admitter": "the latency predictor is not implemented",
   "lora-affinity-scorer": "LoRA-aware routing is not implemented",
   "context-length-aware": "context-length-aware routing is not implemented",
   "utilization-filter": "not implemented; utilization-detector can be used as a filter",
@@ -181,7 +187,11 @@ export const IGNORED: Readonly<Record<string, string>> = {
 export function builtinRegistry(): PluginRegistry {
   return new PluginRegistry(
     BUILTIN_SPECS,
-    { "prefix-match-info": "approx-prefix-cache-producer", "inflight-load": "inflight-load-producer" },
+    {
+      "prefix-match-info": "approx-prefix-cache-producer",
+      "inflight-load": "inflight-load-producer",
+      "latency-prediction-info": "predicted-latency-producer",
+    },
     UNIMPLEMENTED,
     IGNORED,
   );

@@ -20,6 +20,7 @@ import { builtinRegistry } from "./registry.ts";
 import type { Mulberry32 } from "./rng.ts";
 import { createRng } from "./rng.ts";
 import type {
+  Admitter,
   DataProducer,
   EndpointState,
   Explanation,
@@ -32,12 +33,14 @@ import type {
   ProfileResult,
   RequestFacts,
   ResponseHooks,
+  ResponseInfo,
   ScheduleFailure,
   ScheduleOptions,
   ScheduleResult,
   Scorer,
 } from "./types.ts";
 import {
+  isAdmitter,
   isFilter,
   isPicker,
   isPreRequest,
@@ -70,7 +73,11 @@ export class Scheduler {
   readonly #producers: DataProducer[];
   readonly #preRequest: PreRequestHook[];
   readonly #response: ResponseHooks[];
+  readonly #admitters: Admitter[];
+  readonly #explainers: Plugin[];
   readonly #handler: ProfileHandler;
+  /** A plugin wants the output tokens of each response (onResponseComplete's ResponseInfo). */
+  readonly wantsResponseUsage: boolean;
   readonly #indexes = new IndexCache();
 
   constructor(config: EffectiveConfig, opts: SchedulerOptions) {
@@ -94,6 +101,9 @@ export class Scheduler {
     checkDependencies(all, this.#producers);
     this.#preRequest = all.filter(isPreRequest);
     this.#response = all.filter(isResponseHooks);
+    this.#admitters = all.filter(isAdmitter);
+    this.#explainers = all.filter((p) => typeof p.explain === "function");
+    this.wantsResponseUsage = this.#response.some((h) => h.wantsResponseUsage === true);
     const handler = plugins.get(config.profileHandler);
     if (handler === undefined || !isProfileHandler(handler)) {
       throw new ConfigError(`profile handler "${config.profileHandler}" is not a profile-handler plugin`);
@@ -118,6 +128,10 @@ export class Scheduler {
     const rng = explain ? this.#rng.clone() : this.#rng;
     const cycle = new Cycle(req, candidates, now, rng, this.#indexes);
     for (const p of this.#producers) p.produce(cycle, candidates);
+    for (const a of this.#admitters) {
+      const why = candidates.length > 0 ? a.admit(cycle, candidates) : null;
+      if (why !== null) return this.#denied(req, cycle, a, why, explain);
+    }
     const run: ProfileRun[] = [];
     for (let round = 0; round <= this.profiles.size; round++) {
       const names = this.#handler.pickProfiles(cycle, this.profiles);
@@ -161,6 +175,7 @@ export class Scheduler {
           prefillTarget: outcome.prefillTarget?.id ?? null,
         };
       for (const r of run) explanation.profiles[r.name] = r.explain();
+      this.#explainPlugins(cycle, explanation);
     }
     return {
       requestId: req.requestId,
@@ -172,6 +187,40 @@ export class Scheduler {
       explanation,
       cycle,
     };
+  }
+
+  /** An admitter refused the request: no profile runs (llm-d's director answers 500). */
+  #denied(req: RequestFacts, cycle: Cycle, a: Admitter, why: string, explain: boolean): ScheduleResult {
+    const message = `request cannot be admitted: ${why}`;
+    let explanation: Explanation | undefined;
+    if (explain) {
+      explanation = {
+        requestId: req.requestId,
+        profilesRun: [],
+        primaryProfile: this.#handler.primaryProfile(cycle),
+        denied: { admitter: a.typedName.name, reason: why },
+        profiles: {},
+      };
+      this.#explainPlugins(cycle, explanation);
+    }
+    return {
+      requestId: req.requestId,
+      primaryProfile: explanation?.primaryProfile ?? "",
+      profiles: {},
+      target: null,
+      failure: { status: 500, reason: null, message },
+      explanation,
+      cycle,
+    };
+  }
+
+  #explainPlugins(cycle: Cycle, explanation: Explanation): void {
+    for (const p of this.#explainers) {
+      const e = p.explain?.(cycle);
+      if (e === undefined) continue;
+      explanation.plugins ??= {};
+      explanation.plugins[p.typedName.name] = e;
+    }
   }
 
   /** After the gateway commits to `result`: the prefix index learns, in-flight load is counted. */
@@ -186,8 +235,8 @@ export class Scheduler {
   }
 
   /** Response finished, failed or was aborted; call exactly once per onPicked request. */
-  onResponseComplete(req: RequestFacts, endpointId: string, now: number): void {
-    for (const h of this.#response) h.onResponseComplete?.(req, endpointId, now);
+  onResponseComplete(req: RequestFacts, endpointId: string, now: number, info?: ResponseInfo): void {
+    for (const h of this.#response) h.onResponseComplete?.(req, endpointId, now, info);
   }
 
   /** Forgets per-endpoint state (index entries, counters, bindings) of endpoints not in `pool`. */

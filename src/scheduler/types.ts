@@ -69,6 +69,17 @@ export interface RequestFacts {
   sessionId?: string;
   /** Real token ids when a tokenizer is configured; replaces the 4-byte pseudo-tokens. */
   tokenIds?: number[];
+  /** x-llm-d-slo-ttft-ms (alias x-slo-ttft-ms): the request's TTFT SLO, ms, when a positive number. */
+  sloTtftMs?: number;
+  /** x-llm-d-slo-tpot-ms (alias x-slo-tpot-ms): the request's TPOT SLO, ms, when a positive number. */
+  sloTpotMs?: number;
+  /** SLO header values that were ignored, and why (shown by /explain). */
+  sloHeaderNotes?: string[];
+  /**
+   * Where the request entered (locality label → value), for locality-filter; set only by trusted
+   * callers (the fleet simulator's regional gateways), never from headers. Default: the filter's origin.
+   */
+  locality?: Record<string, string>;
 }
 
 const NO_PROMPT: PromptInput = { kind: "completion", prompt: "" };
@@ -93,7 +104,7 @@ export function dataKey<T>(name: string): DataKey<T> {
 }
 
 /** Families of producer-written data. A consumer names the producer instance it reads. */
-export type DataFamily = "prefix-match-info" | "inflight-load";
+export type DataFamily = "prefix-match-info" | "inflight-load" | "latency-prediction-info";
 
 export function familyKey<T>(family: DataFamily, producerName: string): DataKey<T> {
   return dataKey<T>(`${family}/${producerName}`);
@@ -148,6 +159,8 @@ export interface Plugin {
   retainEndpoints?(pool: ReadonlySet<string>): void;
   /** What the plugin knows of one endpoint, for the admin API's GET /endpoints. */
   endpointView?(endpointId: string): Record<string, unknown>;
+  /** What the plugin did in this cycle (e.g. a fallback and why), for /explain; undefined = nothing. */
+  explain?(cycle: CycleState): Record<string, unknown> | undefined;
 }
 
 export interface Filter extends Plugin {
@@ -186,6 +199,21 @@ export interface PreRequestHook extends Plugin {
 }
 
 /**
+ * Runs after the data producers and before any profile (llm-d's Admitter, requestcontrol.Admitter):
+ * may refuse the request outright.
+ */
+export interface Admitter extends Plugin {
+  /** null admits; otherwise why the request cannot be admitted. */
+  admit(cycle: CycleState, candidates: readonly EndpointState[]): string | null;
+}
+
+/** What the gateway saw of a finished response, for plugins that learn from it. */
+export interface ResponseInfo {
+  /** Output tokens (usage.completion_tokens, or one per streamed event without a usage block). */
+  outputTokens?: number;
+}
+
+/**
  * Response events. `req` is the picked request's facts; the gateway passes them without the prompt
  * (an empty completion prompt, no token ids), which it does not keep while a response streams.
  */
@@ -193,7 +221,9 @@ export interface ResponseHooks extends Plugin {
   /** First response chunk seen from `endpointId` (the endpoint that actually served). */
   onResponseStarted?(req: RequestFacts, endpointId: string, now: number): void;
   /** Response finished or aborted. Always called once per picked request. */
-  onResponseComplete?(req: RequestFacts, endpointId: string, now: number): void;
+  onResponseComplete?(req: RequestFacts, endpointId: string, now: number, info?: ResponseInfo): void;
+  /** Set when the plugin wants ResponseInfo.outputTokens (the gateway then scans responses for usage). */
+  readonly wantsResponseUsage?: boolean;
 }
 
 /** The profiles a handler can run, by name. */
@@ -250,9 +280,13 @@ export interface ProfileResult {
 export type DropReason = "rejected-no-endpoints" | "rejected-saturated";
 
 export interface ScheduleFailure {
-  /** 503 when there were no candidates; 429 when filters removed all (llm-d's scheduler_profile.go). */
-  status: 429 | 503;
-  reason: DropReason;
+  /**
+   * 503 when there were no candidates; 429 when filters removed all (llm-d's scheduler_profile.go);
+   * 500 when an admitter refused the request (llm-d's director answers an Admitter's denial with
+   * errcommon.Internal, and no dropped-reason header).
+   */
+  status: 429 | 500 | 503;
+  reason: DropReason | null;
   message: string;
 }
 
@@ -287,6 +321,10 @@ export interface Explanation {
   primaryProfile: string;
   /** The profile handler's decision (P/D: decode-only or prefill-decode, and why). */
   decision?: { decision: string; reason: string; prefillTarget: string | null };
+  /** The admitter that refused the request, and why. */
+  denied?: { admitter: string; reason: string };
+  /** Per plugin name, what it did in this cycle (fallbacks, predictions), when it says. */
+  plugins?: Record<string, Record<string, unknown>>;
   profiles: Record<string, ProfileExplanation>;
 }
 
@@ -326,6 +364,9 @@ export function isProducer(p: Plugin): p is DataProducer {
 }
 export function isPreRequest(p: Plugin): p is PreRequestHook {
   return typeof (p as Partial<PreRequestHook>).preRequest === "function";
+}
+export function isAdmitter(p: Plugin): p is Admitter {
+  return typeof (p as Partial<Admitter>).admit === "function";
 }
 export function isResponseHooks(p: Plugin): p is ResponseHooks {
   const r = p as Partial<ResponseHooks>;

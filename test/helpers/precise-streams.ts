@@ -17,6 +17,10 @@ interface RefEndpoint {
   held: Map<bigint, Set<string>>;
   /** engine hash → request key */
   engine: Map<bigint, bigint>;
+  /** "key tier" → copies beyond the first (offload tiers: each chunk announcing a block is a copy) */
+  copies: Map<string, number>;
+  /** engine hash → request key of blocks whose last tier was removed (a late placeholder restores them) */
+  removed: Map<bigint, bigint>;
 }
 
 export interface RefCounts {
@@ -37,6 +41,8 @@ export class StreamWorld {
   private readonly eh = new Map<bigint, bigint>();
   private readonly keyOf = new Map<bigint, bigint>();
   private readonly eps = new Map<string, RefEndpoint>();
+  /** An offload-tier BlockStored was seen (the index keeps removed blocks' keys from then on). */
+  private tiered = false;
 
   constructor(
     readonly keyer: BlockKeyer,
@@ -70,7 +76,8 @@ export class StreamWorld {
 
   ref(ep: string): RefEndpoint {
     let r = this.eps.get(ep);
-    if (!r) this.eps.set(ep, (r = { held: new Map(), engine: new Map() }));
+    if (!r)
+      this.eps.set(ep, (r = { held: new Map(), engine: new Map(), copies: new Map(), removed: new Map() }));
     return r;
   }
 
@@ -182,9 +189,17 @@ export class StreamWorld {
     if (ev.type === "AllBlocksCleared") {
       r.held.clear();
       r.engine.clear();
+      r.removed.clear();
       return;
     }
     const tier = (ev.medium ?? "gpu").toLowerCase();
+    /** Adds `tier` to key k's tiers, counting a further copy of an offload tier. */
+    const add = (k: bigint, tiers: Set<string>) => {
+      const c = `${k} ${tier}`;
+      if (tier !== "gpu" && tiers.has(tier)) r.copies.set(c, (r.copies.get(c) ?? 0) + 1);
+      else if (!tiers.has(tier)) r.copies.delete(c);
+      tiers.add(tier);
+    };
     if (ev.type === "BlockRemoved") {
       for (const h of ev.blockHashes) {
         const k = r.engine.get(h);
@@ -193,19 +208,44 @@ export class StreamWorld {
           this.counts.removedUnknown++;
           continue;
         }
+        const c = `${k} ${tier}`;
+        const n = r.copies.get(c) ?? 0;
+        if (n > 0) {
+          if (n === 1) r.copies.delete(c);
+          else r.copies.set(c, n - 1);
+          continue;
+        }
         tiers.delete(tier);
         if (tiers.size === 0) {
           r.held.delete(k);
           r.engine.delete(h);
+          if (this.tiered) {
+            r.removed.delete(h);
+            r.removed.set(h, k);
+          }
         }
       }
       return;
     }
+    if (tier !== "gpu") this.tiered = true;
     if (ev.tokenIds.length === 0) {
       for (const h of ev.blockHashes) {
         const k = r.engine.get(h);
-        if (k === undefined) this.counts.locationOnlyUnknown++;
-        else r.held.get(k)!.add(tier);
+        if (k !== undefined) {
+          add(k, r.held.get(k)!);
+          continue;
+        }
+        const gone = r.removed.get(h);
+        if (gone === undefined) {
+          this.counts.locationOnlyUnknown++;
+          continue;
+        }
+        // A placeholder after its block's removal: restored on its tier from the kept key.
+        r.removed.delete(h);
+        let tiers = r.held.get(gone);
+        if (!tiers) r.held.set(gone, (tiers = new Set()));
+        add(gone, tiers);
+        r.engine.set(h, gone);
       }
       return;
     }
@@ -218,7 +258,7 @@ export class StreamWorld {
       const k = this.keyOf.get(h)!;
       let tiers = r.held.get(k);
       if (!tiers) r.held.set(k, (tiers = new Set()));
-      tiers.add(tier);
+      add(k, tiers);
       r.engine.set(h, k);
     }
   }

@@ -6,6 +6,14 @@
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { type ArrivalSpec, applyArrivals, planArrivals, type RequestBody } from "./arrivals.ts";
+import {
+  checkMix,
+  MIX_DEFAULTS,
+  type MixOptions,
+  MixOptionsSchema,
+  mergeStreams,
+  streamSpec,
+} from "./mix.ts";
 import { generateMixedLength, MIXED_LENGTH_DEFAULTS } from "./mixed-length.ts";
 import { generateMultiTurn, MULTI_TURN_DEFAULTS } from "./multi-turn.ts";
 import { PRESETS } from "./presets.ts";
@@ -14,7 +22,14 @@ import { generateSharedPrefix, SHARED_PREFIX_DEFAULTS } from "./shared-prefix.ts
 import { parseTraceJsonl, TRACE_DEFAULTS, traceRequests } from "./trace.ts";
 import type { Workload } from "./types.ts";
 
-export const WORKLOAD_NAMES = ["shared-prefix", "multi-turn", "mixed-length", "random", "trace"] as const;
+export const WORKLOAD_NAMES = [
+  "shared-prefix",
+  "multi-turn",
+  "mixed-length",
+  "random",
+  "trace",
+  "mix",
+] as const;
 export type WorkloadName = (typeof WORKLOAD_NAMES)[number];
 
 const pos = z.number().finite().positive();
@@ -60,6 +75,7 @@ const OPTION_SCHEMAS = {
     speedup: pos,
     api,
   }),
+  mix: MixOptionsSchema,
 } as const;
 
 const DEFAULTS: Record<WorkloadName, Record<string, unknown>> = {
@@ -68,6 +84,7 @@ const DEFAULTS: Record<WorkloadName, Record<string, unknown>> = {
   "mixed-length": { ...MIXED_LENGTH_DEFAULTS },
   random: { ...RANDOM_DEFAULTS },
   trace: { ...TRACE_DEFAULTS },
+  mix: { ...MIX_DEFAULTS },
 };
 
 const stage = z.strictObject({ rate: pos, duration: pos, warmup: z.boolean().optional() });
@@ -202,14 +219,44 @@ export function resolveWorkloadSpec(input: unknown): WorkloadSpec {
     );
   const arrival = (user.arrival ?? base.arrival ?? { type: "poisson", rate: 1 }) as ArrivalSpec;
   const numRequests = user.numRequests ?? base.numRequests;
+  const seed = user.seed ?? base.seed ?? DEFAULT_SEED;
+  if (workload === "mix") mixStreams(checked.data as MixOptions, seed);
   return {
     workload,
     ...(user.preset !== undefined ? { preset: user.preset } : {}),
-    seed: user.seed ?? base.seed ?? DEFAULT_SEED,
+    seed,
     ...(numRequests !== undefined ? { numRequests } : {}),
     arrival,
     options: checked.data as Record<string, unknown>,
   };
+}
+
+/**
+ * A mix's streams as resolved specs (each checked as a workload of its own; a stream without a seed
+ * gets the mix's seed + its index + 1, so streams never share text). Throws WorkloadSpecError.
+ */
+function mixStreams(o: MixOptions, seed: number): WorkloadSpec[] {
+  const specs = o.streams.map((s, i) => {
+    const input = streamSpec(s);
+    if (input["workload"] === "trace")
+      throw new WorkloadSpecError(`mix options.streams[${i}] (${s.name}): trace streams are not supported`);
+    try {
+      return resolveWorkloadSpec({ seed: seed + i + 1, ...input });
+    } catch (err) {
+      if (err instanceof WorkloadSpecError)
+        throw new WorkloadSpecError(`mix options.streams[${i}] (${s.name}): ${err.message}`);
+      throw err;
+    }
+  });
+  try {
+    checkMix(
+      o,
+      specs.map((x) => x.arrival.type),
+    );
+  } catch (err) {
+    throw new WorkloadSpecError((err as Error).message);
+  }
+  return specs;
 }
 
 /** Parses a YAML (or JSON) workload spec file's text into an unresolved input. */
@@ -244,6 +291,17 @@ export function generateWorkload(
       .slice(0, n)
       .map(({ body, time }, i) => ({ id: `r${i}`, arrivalTime: time, ...body }));
     return { name: spec.workload, seed, requests, stages: [], notes };
+  }
+  if (spec.workload === "mix") {
+    const mix = o as unknown as MixOptions;
+    const merged = mergeStreams(
+      mix,
+      mixStreams(mix, seed).map((x) => generateWorkload(x)),
+      seed,
+    );
+    // numRequests on a mix keeps the first N by arrival (a quick run).
+    if (spec.numRequests !== undefined) merged.requests = merged.requests.slice(0, spec.numRequests);
+    return merged;
   }
   const plan = planArrivals(spec.arrival, spec.numRequests, seed);
   let units: RequestBody[][];

@@ -42,6 +42,23 @@ export interface RequestSpec {
   turn?: number;
   /** Index into Workload.stages. */
   stage?: number;
+  /** The region the request enters at (the fleet simulator's locality section). */
+  origin?: string;
+  /** Who sends it and what it is promised (a `mix` workload's stream; mix.ts): sent as headers. */
+  tags?: RequestTags;
+}
+
+/** A request's tenant, objective and SLOs: sent as llm-d's headers, reported per tenant and priority. */
+export interface RequestTags {
+  /** The mix stream it came from. */
+  stream: string;
+  /** Fairness id (x-gateway-inference-fairness-id). */
+  tenant?: string;
+  /** InferenceObjective name (x-gateway-inference-objective). */
+  objective?: string;
+  /** TTFT / TPOT objectives in ms (x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms). */
+  sloTtftMs?: number;
+  sloTpotMs?: number;
 }
 
 /** One load stage (a step of a QPS sweep). Times in workload seconds. */

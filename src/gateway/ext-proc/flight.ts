@@ -82,7 +82,9 @@ export class Flight {
     this.#done = true;
     const d = this.decision;
     const m = this.#gw.metrics;
-    d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds());
+    d.routing.scheduler.onResponseComplete(d.facts, this.served, monotonicSeconds(), {
+      outputTokens: this.#usage.completionTokens ?? undefined,
+    });
     m.requestRunning.dec(d.labels);
     reportUsage(this.#gw, d.routing, d.facts.requestId, this.#usage);
     if (!natural) return;

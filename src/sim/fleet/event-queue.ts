@@ -46,7 +46,9 @@ export type EventKind =
   /** P/D: a KV pull landed on the decoder. */
   | "kv-done"
   /** CPU offload tier: a load's host→device copy ended (request: index into the run's load table). */
-  | "offload-done";
+  | "offload-done"
+  /** Flow control (flow.ts): the queue's TTL sweep, then a dispatch attempt. */
+  | "flow-sweep";
 
 export interface SimEvent {
   time: number;

@@ -32,18 +32,21 @@ import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { EngineInputError } from "../../engine/engine.ts";
 import { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
-import type { Admission } from "../../flow/admission.ts";
+import { type Admission, priorityOf } from "../../flow/admission.ts";
 import type { KVEventBatch } from "../../kv/events.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { Scheduler } from "../../scheduler/scheduler.ts";
 import type { EndpointMetrics, EndpointState, RequestFacts } from "../../scheduler/types.ts";
 import { EventQueue, Priority, type SimEvent } from "./event-queue.ts";
+import { FLOW_SWEEP_S, type FlowSim } from "./flow.ts";
 import type { PdSummary } from "./format-pd.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { type LocalityConfig, oneWayDelay } from "./locality.ts";
 import { PdRun } from "./pd.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, fleetResult, type KvTicks, Replica } from "./replica.ts";
+import { fleetStorage, type StorageSummary, storageSummary } from "./shared-storage.ts";
 import { oneTokenChunks } from "./step-timeline.ts";
 
 export interface FleetObserver {
@@ -68,7 +71,12 @@ export interface FleetRunOptions {
   kvLink?: KvLinkConfig;
   workload: Workload;
   scheduler: Scheduler;
+  /** llm-d's legacy admission; not consulted when `flow` is given. */
   admission: Admission;
+  /** Flow control (flow.ts): requests wait at the gateway until its saturation detector lets them go. */
+  flow?: FlowSim | null;
+  /** InferenceObjective name → priority, for requests tagged with an objective (mix workloads). */
+  objectives?: ReadonlyMap<string, number>;
   /** Seeds the engines' output-token streams. */
   seed: number;
   /** Seconds between metric scrapes (> 0). */
@@ -85,6 +93,8 @@ export interface FleetRunOptions {
   /** Shared across runs so each distinct text chunk is tokenized once per process. */
   tokenizer?: PromptTokenizer;
   observer?: FleetObserver;
+  /** Regions (locality.ts): requests with an origin pay the one-way delay to and from their replica. */
+  locality?: LocalityConfig;
 }
 
 export interface FleetCounters {
@@ -109,6 +119,8 @@ export interface FleetRunResult {
   endTime: number;
   /** P/D figures, when the fleet has a prefill pool. */
   pd?: PdSummary;
+  /** The shared-storage tier's figures, when the fleet has one. */
+  storage?: StorageSummary;
 }
 
 const PENDING = 0;
@@ -133,6 +145,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   if (!(kvDelay >= 0) || !Number.isFinite(kvDelay))
     throw new RangeError(`kvEventsDelay must be ≥ 0, got ${kvDelay}`);
   const { workload, scheduler, admission, observer } = o;
+  const flow = o.flow ?? null;
+  const objectives = o.objectives ?? new Map<string, number>();
   const precise = preciseProducers(scheduler);
   for (const p of precise)
     if (p.blockSizeTokens !== o.fleet.blockSize)
@@ -145,10 +159,11 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   const tok = o.tokenizer ?? new PromptTokenizer();
   // The tokenizer hands out one shared, never-modified array per distinct prompt: hash each once.
   const memo = new PromptHashMemo();
+  const storage = fleetStorage(o.fleet);
   const replicas: Replica[] = [];
   for (const pool of o.pools ?? [o.fleet])
     for (let k = 0; k < pool.replicas; k++)
-      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo));
+      replicas.push(new Replica(replicas.length, withEvents(pool), o.seed, memo, storage));
   const candidates: readonly EndpointState[] = replicas.map((r) => r.state);
   for (const p of precise) for (const r of replicas) p.index.setEndpointModel(r.state.id, o.fleet.model);
   /** Per replica, the KV-event batches published and not yet applied, oldest first (from head). */
@@ -199,12 +214,20 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     arrivals.complete(specs[i].id, now);
     queueArrival();
   };
-  const drop = (i: number, kind: string, message: string, httpStatus?: number) => {
+  const drop = (i: number, kind: string, message: string, httpStatus?: number, reason?: string) => {
     const r = records[i];
     r.end = now;
-    r.error = { kind, message, ...(httpStatus !== undefined ? { status: httpStatus } : {}) };
+    r.error = {
+      kind,
+      message,
+      ...(httpStatus !== undefined ? { status: httpStatus } : {}),
+      ...(reason !== undefined ? { reason } : {}),
+    };
+    // A request flow control dispatched is no longer in flight: its slot may go to the next.
+    const freed = flow?.finished(specs[i].id, null) === true;
     counters.dropped++;
     resolve(i);
+    if (freed) pumpFlow();
   };
   const queueArrival = () => {
     const t = arrivals.nextTime();
@@ -243,12 +266,53 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         : { kind: "completion", prompt: spec.prompt ?? "" },
       maxTokens: spec.maxTokens,
       stream: true,
-      priority: 0,
+      priority: priorityOf(objectives, spec.tags?.objective),
       ...(spec.sessionId !== undefined ? { sessionId: spec.sessionId } : {}),
       ...(withTokenIds ? { tokenIds: ids } : {}),
+      // A tagged request's SLOs, as the gateway reads x-llm-d-slo-ttft-ms / -tpot-ms.
+      ...(spec.tags?.sloTtftMs !== undefined ? { sloTtftMs: spec.tags.sloTtftMs } : {}),
+      ...(spec.tags?.sloTpotMs !== undefined ? { sloTpotMs: spec.tags.sloTpotMs } : {}),
+      ...(spec.origin !== undefined && o.locality ? { locality: { [o.locality.label]: spec.origin } } : {}),
     };
+    if (flow !== null) {
+      const rej = flow.enqueue(flow.request(spec, ids.length, now), now, candidates);
+      if (rej !== null) return drop(i, `http_${rej.status}`, rej.message, rej.status, rej.reason);
+      facts[i] = f;
+      tokens[i] = ids;
+      return pumpFlow();
+    }
     const adm = admission.admit(f, candidates, now);
-    if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status);
+    if (!adm.admitted) return drop(i, `http_${adm.status}`, adm.message, adm.status, adm.reason);
+    route(i, f, ids);
+  };
+
+  /** Flow control lets go what it may now; while anything waits, its TTL sweep stays queued. */
+  let sweepQueued = false;
+  const pumpFlow = () => {
+    if (flow === null) return;
+    for (const d of flow.dispatch(now, candidates)) {
+      const i = indexOf.get(d.id) as number;
+      route(i, facts[i] as RequestFacts, tokens[i] as number[]);
+    }
+    if (flow.controller.size > 0 && !sweepQueued) {
+      sweepQueued = true;
+      q.push(now + FLOW_SWEEP_S, Priority.ARRIVAL, "flow-sweep");
+    }
+  };
+  const sweepFlow = () => {
+    sweepQueued = false;
+    const f = flow as FlowSim;
+    for (const e of f.expire(now, candidates)) {
+      const i = indexOf.get(e.id) as number;
+      const r = e.rejection;
+      drop(i, `http_${r.status}`, r.message, r.status, r.reason);
+    }
+    pumpFlow();
+  };
+
+  /** Schedules an admitted request and sends it on to its replica. */
+  const route = (i: number, f: RequestFacts, ids: number[]) => {
+    const spec = specs[i];
     const result = scheduler.schedule(f, candidates, now);
     observer?.onSchedule?.(now, f, candidates, result.target?.id ?? null);
     if (result.failure !== null || result.target === null) {
@@ -261,7 +325,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
-    q.push(now + o.gatewayDelay, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
+    records[i].endpoint = rep.state.id;
+    const hop = o.locality ? oneWayDelay(o.locality, spec.origin, rep.state.labels) : 0;
+    if (hop > 0) records[i].networkDelay = hop;
+    q.push(now + o.gatewayDelay + hop, Priority.DELIVER, "deliver", (prefill ?? rep).index, i);
   };
 
   const deliver = (e: SimEvent) => {
@@ -299,9 +366,13 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     r.completionTokens = rec.outputTokenIds.length;
     // A decode leg's transferred tokens are not prefix-cache hits.
     r.cachedTokens = rec.cachedTokens - (rec.externalTokens ?? 0);
-    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now);
+    scheduler.onResponseComplete(facts[i] as RequestFacts, rep.state.id, now, {
+      outputTokens: r.completionTokens,
+    });
     counters.completed++;
     resolve(i);
+    if (flow?.finished(specs[i].id, { promptTokens: r.promptTokens, outputTokens: r.completionTokens }))
+      pumpFlow();
   };
 
   const stepEnd = (rep: Replica) => {
@@ -366,6 +437,8 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters.scrapes++;
     // k × interval rather than repeated addition, so scrape times carry no accumulated error.
     q.push(++scrapeTick * o.scrapeInterval, Priority.SCRAPE, "scrape");
+    // utilization-detector's saturation moves with the scrape.
+    if (flow !== null && flow.controller.size > 0) pumpFlow();
   };
 
   /** Engine request ids of CPU-tier loads in flight, by the index their offload-done event carries. */
@@ -398,6 +471,9 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         break;
       case "deliver":
         deliver(e);
+        break;
+      case "flow-sweep":
+        sweepFlow();
         break;
       case "kv-start":
         (pd as PdRun).startTransfer(replicas[e.replica], e.request, now);
@@ -463,6 +539,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     counters,
     endTime: now,
     ...(pd !== null ? { pd: pd.summary() } : {}),
+    ...(storage !== undefined ? { storage: storageSummary(storage, replicas) } : {}),
   };
 }
 

@@ -4,6 +4,7 @@
  */
 import { table } from "../../bench/format.ts";
 import type { Limits, RegimeLimit } from "./limits.ts";
+import type { StorageSummary } from "./shared-storage.ts";
 import type { RouterOutcome, SimResults, SimRun } from "./simulate.ts";
 
 const fix = (v: number | null | undefined, d = 2) =>
@@ -55,6 +56,12 @@ export function formatRouter(o: RouterOutcome): string {
       ],
     ),
   ];
+  const st = (r.simulation as { shared_storage?: StorageSummary }).shared_storage;
+  if (st !== undefined)
+    lines.push(
+      `shared storage: ${int(st.written_chunks)} chunks written, ${int(st.read_chunks)} read, ${int(st.evicted_chunks)} dropped ` +
+        `(${int(st.chunks)} of ${int(st.capacity_chunks)} held); prompt tokens loaded from storage ${int(st.storage_hit_tokens)}, from CPU ${int(st.cpu_hit_tokens)}`,
+    );
   if (r.stages.length > 0) {
     lines.push(
       "",
@@ -111,7 +118,6 @@ export function stageCeiling(l: Limits, rate: number): { ceiling: number; satura
  * share of prompt tokens served from any KV tier (cached_tokens), "hit rate" the GPU prefix cache's.
  */
 export function formatComparison(res: SimResults): string {
-  const ceiling = fleetCeiling(res.limits);
   const wall = new Map(res.wall_clock.routers.map((w) => [w.router, w]));
   return table(
     [...HEAD, "cached", "preempt", "of ceiling", "wall s", "cpu s"],
@@ -119,7 +125,7 @@ export function formatComparison(res: SimResults): string {
       ...row(r),
       pct(r.cached_token_rate),
       int(r.fleet?.preemptions),
-      pct((r.output_tokens_per_s ?? 0) / ceiling),
+      pct((r.output_tokens_per_s ?? 0) / fleetCeiling(r.limits ?? res.limits)),
       fix(wall.get(r.router)?.wall_s, 1),
       fix(wall.get(r.router)?.cpu_s, 1),
     ]),
@@ -141,11 +147,15 @@ export function formatSaturatedStages(res: SimResults): string {
     fix(st.rate, 0),
     ...res.runs.map((r) => {
       const s = r.stages.find((x) => x.index === st.index);
-      return s?.output_tokens_per_s == null ? "-" : pct(s.output_tokens_per_s / ceiling);
+      // A run with its own fleet is read against its fleet's ceiling.
+      const c = Math.min(fleetCeiling(r.limits ?? res.limits), st.rate * res.limits.output_tokens_mean);
+      return s?.output_tokens_per_s == null ? "-" : pct(s.output_tokens_per_s / c);
     }),
   ]);
+  const own = res.runs.some((r) => r.limits !== undefined && r.limits !== res.limits);
   return [
-    `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling`,
+    `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling` +
+      (own ? " (each run's own fleet's ceiling, capped at the stage's offered output)" : ""),
     table(["stage", "QPS", ...res.runs.map((r) => r.router)], rows),
   ].join("\n");
 }
@@ -238,7 +248,7 @@ function regimeRow(name: string, g: RegimeLimit): string[] {
     int(g.uncached_prompt_tokens_mean),
     fix(g.prefill_requests_per_s, 1),
     int(g.prefill_output_tokens_per_s),
-    `${int(g.resident_tokens_per_replica)}${g.resident_fits ? "" : " (does not fit)"}`,
+    `${int(g.resident_tokens_per_replica)}${g.via_tiers !== undefined ? " (in tiers)" : g.resident_fits ? "" : " (does not fit)"}`,
     int(g.concurrency_per_replica),
     ms(g.decode_step_s),
     int(g.decode_output_tokens_per_s),
@@ -277,7 +287,55 @@ export function formatLimits(l: Limits): string {
       "every block seen before is reused, infinite KV. mixed-step: steps that decode the live requests " +
       "and carry their share of prefill, as the engines run them; ceiling = the smallest bound)",
     ...(l.offload !== undefined ? [formatOffloadLimit(l.offload)] : []),
+    ...tierLines(l),
   ].join("\n");
+}
+
+/**
+ * The tier bounds of the runs whose own fleet differs from the scenario's (their "of ceiling" is read
+ * against them); "" when every run uses the scenario's fleet.
+ */
+export function formatRunLimits(res: SimResults): string {
+  const same = JSON.stringify(res.limits);
+  const out: string[] = [];
+  for (const r of res.runs) {
+    if (r.limits === undefined || r.limits === res.limits || JSON.stringify(r.limits) === same) continue;
+    const l = r.limits;
+    const repeat = l.regimes.repeat;
+    out.push(
+      `run ${r.router}'s fleet: ceiling ${int(Math.max(...Object.values(l.regimes).map((g) => g.output_tokens_per_s)))} out tok/s` +
+        ` (all repeats: ${int(repeat.output_tokens_per_s)}${repeat.via_tiers !== undefined ? ", from the tiers" : repeat.resident_fits ? "" : ", resident set does not fit"})`,
+      ...(l.offload !== undefined ? [`  ${formatOffloadLimit(l.offload)}`] : []),
+      ...tierLines(l).map((x) => `  ${x}`),
+    );
+  }
+  return out.join("\n");
+}
+
+/** The shared storage's bound and each regime reached from the tiers (limits-tiers.ts). */
+function tierLines(l: Limits): string[] {
+  const out: string[] = [];
+  const s = l.offload?.storage;
+  if (s !== undefined && l.offload !== undefined)
+    out.push(
+      `shared storage, bandwidth-bound (every "all repeats" hit from storage): ${(s.load_bytes_per_s / 1e9).toFixed(1)} GB/s ÷ ` +
+        `${int(l.offload.kv_bytes_per_token)} B/token = ${int(s.load_tokens_per_s)} tok/s for the fleet; ` +
+        `${int(l.offload.hit_tokens_per_request)} hit tokens/request → ${s.requests_per_s.toFixed(2)} req/s, ` +
+        `${int(s.prompt_tokens_per_s)} prompt tok/s, ${int(s.output_tokens_per_s)} out tok/s`,
+    );
+  for (const [name, g] of [
+    ["group prefix", l.regimes.group],
+    ["all repeats", l.regimes.repeat],
+  ] as const) {
+    const v = g.via_tiers;
+    if (v === undefined) continue;
+    out.push(
+      `${name} from the tiers: resident set in CPU${v.storage_share > 0 ? ` and storage (${pct(v.storage_share)} of hits from storage)` : ""}, ` +
+        `${int(v.resident_in_hbm_per_replica)} tokens/replica left in HBM; the links carry ${v.link_requests_per_s.toFixed(2)} req/s ` +
+        `(${int(v.link_output_tokens_per_s)} out tok/s) → ceiling ${int(v.output_tokens_per_s)} out tok/s`,
+    );
+  }
+  return out;
 }
 
 /** The CPU tier's host-link bound (limits.ts offloadLimit). */

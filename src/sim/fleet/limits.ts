@@ -33,14 +33,17 @@
  *
  * A fleet with a CPU offload tier also gets its host-link bound: at most (load bandwidth ÷ KV bytes
  * per token) tokens/s come back from CPU per replica, so when every hit of the "repeat" regime is a
- * CPU hit the fleet serves at most replicas × that ÷ (hit tokens per request) requests/s. It is a
- * bound on reuse from CPU, reported beside the ceilings (not folded into them: GPU hits do not pay it).
+ * CPU hit the fleet serves at most replicas × that ÷ (hit tokens per request) requests/s; with a
+ * shared storage, its read bound likewise (fleet-wide). On such a fleet a regime whose resident set
+ * does not fit HBM may still be reached from the tiers, every hit paying its link: limits-tiers.ts
+ * computes that second placement and the regime's ceiling is the better of the two.
  */
 import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { DEFAULT_HOST_LINK_BYTES_PER_SECOND } from "../../engine/cpu-tier.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
 import { kvBytesPerToken, stepTime } from "../../engine/profile.ts";
 import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
+import { type LinkLimit, linkLimit, tierCapacity, type ViaTiers, viaTiers } from "./limits-tiers.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
 import { TextMap } from "./text-map.ts";
@@ -62,6 +65,8 @@ export interface RegimeLimit {
   mixed_step_s: number;
   mixed_output_tokens_per_s: number;
   output_tokens_per_s: number;
+  /** Tiered fleets: the regime with its resident set in the tiers (limits-tiers.ts). */
+  via_tiers?: ViaTiers;
 }
 
 export interface Limits {
@@ -89,6 +94,8 @@ export interface OffloadLimit {
   requests_per_s: number;
   prompt_tokens_per_s: number;
   output_tokens_per_s: number;
+  /** The shared storage's read bound when every "all repeats" hit comes from storage (fleet-wide). */
+  storage?: LinkLimit;
 }
 
 /** The host-link bound of a fleet with a CPU tier (see the module comment); undefined without one. */
@@ -104,6 +111,7 @@ export function offloadLimit(
   const tokens = bw / perToken;
   const reqs =
     hitTokensPerRequest > 0 ? (fleet.replicas * tokens) / hitTokensPerRequest : Number.POSITIVE_INFINITY;
+  const st = tierCapacity(fleet);
   return {
     load_bytes_per_s: bw,
     kv_bytes_per_token: perToken,
@@ -112,6 +120,10 @@ export function offloadLimit(
     requests_per_s: reqs,
     prompt_tokens_per_s: reqs * promptMean,
     output_tokens_per_s: reqs * outputMean,
+    ...(st !== null &&
+      st.storageBandwidth > 0 && {
+        storage: linkLimit(st.storageBandwidth, perToken, 1, hitTokensPerRequest, promptMean, outputMean),
+      }),
   };
 }
 
@@ -230,12 +242,13 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   const kv = (fleet.numGpuBlocks - 1) * bs;
   const promptMean = n ? promptSum / n : 0;
   const outputMean = n ? outputSum / n : 0;
-  const regime = (hits: number, resident: number): RegimeLimit => {
+  /** A regime's bounds; `inHbm`: the resident tokens per replica held in HBM (all of them by default). */
+  const regime = (hits: number, resident: number, inHbm = resident / fleet.replicas): RegimeLimit => {
     const uncached = n ? (promptSum - hits) / n : 0;
     const reqRate = uncached > 0 ? (fleet.replicas * prefillRate) / uncached : Number.POSITIVE_INFINITY;
     const residentPer = resident / fleet.replicas;
     const live = uncached + outputMean / 2;
-    const free = kv - residentPer;
+    const free = kv - inHbm;
     const conc = Math.max(
       0,
       Math.min(fleet.maxNumSeqs, live > 0 ? Math.floor(free / live) : fleet.maxNumSeqs),
@@ -265,6 +278,26 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       output_tokens_per_s: Math.min(prefillOut, decodeOut, mixed.output),
     };
   };
+  const tiers = tierCapacity(fleet);
+  /** The regime, or its tiered placement when that serves more (limits-tiers.ts). */
+  const tiered = (hits: number, resident: number): RegimeLimit => {
+    const base = regime(hits, resident);
+    if (tiers === null) return base;
+    const via = viaTiers(
+      tiers,
+      fleet.replicas,
+      resident / fleet.replicas,
+      n ? hits / n : 0,
+      outputMean,
+      (h) => regime(hits, resident, h),
+    );
+    if (via === null || via.output_tokens_per_s <= base.output_tokens_per_s) return base;
+    return {
+      ...regime(hits, resident, via.resident_in_hbm_per_replica),
+      via_tiers: via,
+      output_tokens_per_s: via.output_tokens_per_s,
+    };
+  };
   return {
     replicas: fleet.replicas,
     kv_tokens_per_replica: kv,
@@ -276,8 +309,8 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     prefill_tokens_per_s_per_replica: prefillRate,
     regimes: {
       zero: regime(0, 0),
-      group: regime(groupHits, groupResidentSum),
-      repeat: regime(repeatHits, reused * bs),
+      group: tiered(groupHits, groupResidentSum),
+      repeat: tiered(repeatHits, reused * bs),
     },
     ...(fleet.kvOffload !== undefined && {
       offload: offloadLimit(fleet, n ? repeatHits / n : 0, promptMean, outputMean),

@@ -77,6 +77,6 @@ export async function runRoutersInWorkers(
   await Promise.all(Array.from({ length: Math.min(o.jobs, routers.length) }, runWorker));
   if (facts === undefined) throw new Error("parallel simulation: no worker sent the workload's limits");
   // Workers leave the limits out of their runs (each would compute the same ones).
-  for (const out of outcomes) out.run.limits = facts.limits;
+  for (const out of outcomes) out.run.limits ??= facts.limits;
   return { outcomes, facts };
 }

@@ -11,6 +11,7 @@ import { type BlockHashAlgo, Engine } from "../../engine/engine.ts";
 import type { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import { mixSeed } from "../../engine/output-tokens.ts";
 import type { Profile } from "../../engine/profile.ts";
+import type { SharedStorage, SharedStorageConfig } from "../../engine/storage-tier.ts";
 import type { EngineStats, OffloadConfig, StepResult, TokenOutput } from "../../engine/types.ts";
 import type { EndpointMetrics, EndpointState } from "../../scheduler/types.ts";
 import { StepTimeline } from "./step-timeline.ts";
@@ -32,6 +33,8 @@ export interface FleetConfig {
   enableKvCacheEvents: boolean;
   /** The replicas' CPU offload tier, if any. */
   kvOffload?: OffloadConfig;
+  /** The fleet's shared-storage tier behind the CPU tiers (one per fleet run), if any. */
+  sharedStorage?: SharedStorageConfig;
 }
 
 /** The gauges vLLM publishes at the end of each step. */
@@ -70,7 +73,7 @@ export class Replica {
   #nextIdx: number[] = [];
 
   /** `memo`: prompt hashes shared by the fleet's engines (prompt arrays are never modified). */
-  constructor(index: number, cfg: FleetConfig, seed: number, memo?: PromptHashMemo) {
+  constructor(index: number, cfg: FleetConfig, seed: number, memo?: PromptHashMemo, storage?: SharedStorage) {
     this.index = index;
     this.engine = new Engine(
       {
@@ -89,7 +92,11 @@ export class Replica {
         profile: cfg.profile,
         ...(cfg.kvOffload !== undefined && { kvOffload: cfg.kvOffload }),
       },
-      { blockHashAlgo: cfg.blockHashAlgo, ...(memo !== undefined ? { promptHashMemo: memo } : {}) },
+      {
+        blockHashAlgo: cfg.blockHashAlgo,
+        ...(memo !== undefined ? { promptHashMemo: memo } : {}),
+        ...(storage !== undefined && cfg.kvOffload !== undefined ? { sharedStorage: storage } : {}),
+      },
     );
     const id = replicaId(index);
     this.state = { id, address: id.split(":")[0], labels: { ...cfg.labels }, metrics: null };

@@ -7,7 +7,7 @@ import { computeLimits } from "./limits.ts";
 import type { WorkerReply, WorkerRequest, WorkloadFacts } from "./parallel.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { loadScenario, type Scenario } from "./scenario.ts";
-import { type RouterContext, runRouter, scenarioWorkload } from "./simulate.ts";
+import { limitsFleet, type RouterContext, runRouter, scenarioWorkload } from "./simulate.ts";
 
 let cached: { key: string; sc: Scenario; ctx: RouterContext } | null = null;
 
@@ -35,7 +35,7 @@ parentPort?.on("message", async (req: WorkerRequest) => {
     let facts: WorkloadFacts | undefined;
     if (req.limits) {
       // Before the router: the run then finds the prompts already tokenized.
-      ctx.limits ??= computeLimits(ctx.workload, sc.fleet, ctx.tokenizer);
+      ctx.limits ??= computeLimits(ctx.workload, limitsFleet(sc), ctx.tokenizer);
       facts = { spec: ctx.spec, limits: ctx.limits };
     }
     const outcome = await runRouter(sc, router, ctx);

@@ -17,9 +17,12 @@ import {
   WorkloadSpecInputSchema,
 } from "../../bench/workloads/spec.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
+import { REGION_LABEL } from "../../scheduler/plugins/filters/locality.ts";
 import { loadProfile } from "../profiles.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
+import { type LocalityConfig, LocalitySchema, resolveLocality } from "./locality.ts";
 import type { FleetConfig } from "./replica.ts";
+import { SharedStorageSchema, sharedStorageConfig } from "./shared-storage.ts";
 
 export class ScenarioError extends Error {
   override name = "ScenarioError";
@@ -65,6 +68,8 @@ const FleetSchema = z.strictObject({
   blockSize: posInt.optional(),
   maxModelLen: posInt.optional(),
   pools: z.array(PoolSchema).min(1).optional(),
+  /** A shared-storage tier behind every replica's CPU tier (shared-storage.ts); needs kvOffloadingSize. */
+  sharedStorage: SharedStorageSchema.optional(),
 });
 
 /** The KV link between prefill and decode pools (kv-link.ts); defaults per transport. */
@@ -117,6 +122,8 @@ export const ScenarioSchema = z.strictObject({
   kvEvents: z.boolean().optional(),
   /** A step's end → its KV events reach a precise prefix index, ms (default 5). */
   kvEventsDelayMs: z.number().finite().nonnegative().optional(),
+  /** Regions: each one's traffic and the round trips between them (locality.ts). */
+  locality: LocalitySchema.optional(),
 });
 export type ScenarioInput = z.infer<typeof ScenarioSchema>;
 
@@ -154,6 +161,7 @@ export interface Scenario {
   routerTokenizer: boolean;
   /** Seconds from a step's end to its KV events reaching a precise prefix index. */
   kvEventsDelay: number;
+  locality?: LocalityConfig;
 }
 
 function fail(origin: string, path: string, message: string): never {
@@ -260,6 +268,12 @@ function resolvePools(
         `${at}.kvOffloadingSize`,
         "required with kvOffloadingBlockSize or kvOffloadingBandwidthGBps",
       );
+    if (f.sharedStorage !== undefined && p.kvOffloadingSize === undefined)
+      fail(
+        origin,
+        `${at}.kvOffloadingSize`,
+        "required with sharedStorage: storage is the CPU tier's secondary tier (llm-d's CPU + filesystem tiering)",
+      );
     const bw = p.kvOffloadingBandwidthGBps;
     const kvOffload =
       p.kvOffloadingSize === undefined
@@ -282,6 +296,7 @@ function resolvePools(
       blockHashAlgo: s.blockHash ?? "fast64",
       enableKvCacheEvents: s.kvEvents ?? false,
       ...(kvOffload !== undefined && { kvOffload }),
+      ...(f.sharedStorage !== undefined && { sharedStorage: sharedStorageConfig(f.sharedStorage) }),
     };
   });
   if (models.size > 1)
@@ -330,6 +345,16 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
       return fail(origin, "workload", err.message);
     throw err;
   }
+  let locality: LocalityConfig | undefined;
+  if (s.locality !== undefined) {
+    const label = s.locality.label ?? REGION_LABEL;
+    const regions = routers.flatMap((r) => r.pools.map((p) => p.labels[label]));
+    try {
+      locality = resolveLocality(s.locality, regions);
+    } catch (err) {
+      fail(origin, "locality", (err as Error).message);
+    }
+  }
   let traceText: string | undefined;
   if (workload.workload === "trace") {
     const p = workload.options["path"];
@@ -357,5 +382,6 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
     gatewayDelay: (s.gatewayDelayMs ?? 0) / 1000,
     routerTokenizer: s.routerTokenizer ?? false,
     kvEventsDelay: (s.kvEventsDelayMs ?? 5) / 1000,
+    ...(locality !== undefined ? { locality } : {}),
   };
 }

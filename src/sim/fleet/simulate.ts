@@ -5,20 +5,23 @@
  * workload's theoretical limits. Everything in the results is a function of the scenario and its
  * seeds except the wall-clock fields, `created` and `wall_clock`, kept apart (stripWallClock).
  */
+import { type Breakdown, breakdown } from "../../bench/breakdown.ts";
 import type { RunResult } from "../../bench/results.ts";
 import { buildRun } from "../../bench/run.ts";
 import { KVGATE_VERSION } from "../../bench/version.ts";
 import { generateWorkload } from "../../bench/workloads/spec.ts";
 import type { Workload } from "../../bench/workloads/types.ts";
-import { admissionFromConfig } from "../../flow/admission.ts";
+import { Admission, admissionFromConfig } from "../../flow/admission.ts";
 import { printConfig } from "../../scheduler/defaults.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler } from "../../scheduler/scheduler.ts";
 import { preciseProducers, runFleet } from "./fleet.ts";
+import { FlowSim } from "./flow.ts";
 import { computeLimits, type Limits } from "./limits.ts";
+import { type LocalityConfig, type OriginRow, originRows, originWorkload } from "./locality.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
-import type { FleetConfig } from "./replica.ts";
+import { type FleetConfig, replicaId } from "./replica.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 import { threadCpuSeconds } from "./thread-cpu.ts";
 
@@ -47,6 +50,10 @@ export type SimRun = RunResult & {
    * CPU when the fleet offloads), where prefix_cache_hit_rate is vllm:prefix_cache_hits (GPU only).
    */
   cached_token_rate: number | null;
+  /** Per tenant, priority and stream, when the workload's requests are tagged (a mix). */
+  breakdown?: Breakdown;
+  /** Per region of origin, when the scenario has a locality section. */
+  locality?: OriginRow[];
 };
 
 export interface RouterOutcome {
@@ -79,6 +86,7 @@ export function scenarioWorkload(
   quick = false,
 ): { spec: Scenario["workload"]; workload: Workload } {
   let spec = sc.workload;
+  if (sc.locality !== undefined) return { spec, workload: regionalWorkload(sc, sc.locality, quick) };
   let workload = generateWorkload(spec, { traceText: sc.traceText });
   if (quick) {
     const n = workload.requests.length;
@@ -88,6 +96,17 @@ export function scenarioWorkload(
     workload = generateWorkload(spec, { traceText: sc.traceText });
   }
   return { spec, workload };
+}
+
+/** A regions scenario's merged workload; `quick` keeps a tenth of each region's requests (at least 20). */
+function regionalWorkload(sc: Scenario, loc: LocalityConfig, quick: boolean): Workload {
+  const full = originWorkload(sc.workload, loc, sc.traceText);
+  if (!quick) return full;
+  const origins = loc.origins.map((o) => {
+    const n = full.requests.filter((r) => r.origin === o.region).length;
+    return { ...o, numRequests: Math.min(n, Math.max(20, Math.ceil(n / 10))) };
+  });
+  return originWorkload(sc.workload, { ...loc, origins }, sc.traceText);
 }
 
 export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promise<SimResults> {
@@ -108,7 +127,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
     spec = built.spec;
     const { workload } = built;
     const tokenizer = new PromptTokenizer();
-    limits = computeLimits(workload, sc.fleet, tokenizer);
+    limits = computeLimits(workload, limitsFleet(sc), tokenizer);
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
       const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
@@ -189,7 +208,10 @@ export async function runRouter(
       `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
     );
   }
-  const { admission } = admissionFromConfig(created.config);
+  // With the flowControl gate, requests wait in flow control instead of legacy admission.
+  const flow = FlowSim.of(created.scheduler);
+  const admission = flow === null ? admissionFromConfig(created.config).admission : new Admission();
+  const objectives = new Map(Object.entries(created.config.objectives));
   const precise = preciseProducers(created.scheduler);
   for (const p of precise)
     if (p.blockSizeTokens !== r.pools[0].blockSize)
@@ -203,12 +225,15 @@ export async function runRouter(
     workload,
     scheduler: created.scheduler,
     admission,
+    flow,
+    objectives,
     seed: sc.seed,
     scrapeInterval: sc.scrapeInterval,
     gatewayDelay: sc.gatewayDelay,
     routerTokenizer: sc.routerTokenizer,
     kvEventsDelay: sc.kvEventsDelay,
     tokenizer,
+    ...(sc.locality !== undefined ? { locality: sc.locality } : {}),
   });
   const base = buildRun(
     spec,
@@ -233,8 +258,14 @@ export async function runRouter(
       cachedAll += rec.cachedTokens;
       promptAll += rec.promptTokens;
     }
+  const split = breakdown(res.records, workload.requests, objectives);
+  const regions = sc.locality === undefined ? undefined : regionsById(r.pools, sc.locality.label);
   const run: SimRun = {
     ...base,
+    ...(split !== null ? { breakdown: split } : {}),
+    ...(regions !== undefined
+      ? { locality: originRows(res.records, workload.requests, (id) => regions.get(id), sc.slo) }
+      : {}),
     router_config: { source: r.source, effective: printConfig(created.config) },
     cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
@@ -255,13 +286,37 @@ export async function runRouter(
           }
         : {}),
       config_warnings: created.warnings,
+      ...(flow !== null ? { flow_control: flow.summary() } : {}),
       pools: poolSummary(r.pools),
       gpus: gpuCount(r.pools),
       ...(res.pd !== undefined ? { pd: res.pd, kv_link: r.kvLink } : {}),
+      ...(res.storage !== undefined ? { shared_storage: res.storage } : {}),
     },
-    limits: limits as Limits,
+    // A run with its own fleet is read against that fleet's limits (its tiers, its replicas).
+    limits: r.pools === sc.pools ? (limits as Limits) : computeLimits(workload, r.pools[0], tokenizer),
   };
   return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
+}
+
+/**
+ * The fleet the limits describe: the first pool, or — when the pools differ only in labels (one
+ * pool per region, say) — all of them as one.
+ */
+export function limitsFleet(sc: Scenario): FleetConfig {
+  const [first, ...rest] = sc.pools;
+  const same = (p: FleetConfig) =>
+    JSON.stringify({ ...p, replicas: 0, labels: {}, profile: p.profile.name }) ===
+    JSON.stringify({ ...first, replicas: 0, labels: {}, profile: first.profile.name });
+  if (rest.length === 0 || first.labels[ROLE_LABEL] !== undefined || !rest.every(same)) return first;
+  return { ...first, replicas: sc.pools.reduce((n, p) => n + p.replicas, 0) };
+}
+
+/** Replica id → its `label` value, in runFleet's numbering (pool by pool). */
+function regionsById(pools: readonly FleetConfig[], label: string): Map<string, string> {
+  const out = new Map<string, string>();
+  let i = 0;
+  for (const p of pools) for (let k = 0; k < p.replicas; k++) out.set(replicaId(i++), p.labels[label]);
+  return out;
 }
 
 /** The pools of a run's fleet, as the results file records them. */

@@ -7,14 +7,19 @@
  * inFlightTokens / prefill rate · 1000 ms — the endpoint's rate learned from its first-token times
  * (learnPrefillThroughput, kvgate) or peakPrefillThroughput; if the best sticky endpoint is more than
  * maxTTFTPenaltyMs slower than the best non-sticky one, keep all (break stickiness); 0 = always
- * stick. Otherwise keep only the sticky endpoints.
+ * stick. Otherwise keep only the sticky endpoints. With `ttftSource: latencyPredictor` the gate
+ * compares predicted-latency-producer's TTFT predictions instead; while the model has no
+ * predictions (too few samples) the signal is missing and, as in llm-d, all endpoints are kept.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
 import { spec } from "../../plugin-spec.ts";
 import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
+import { dataKey } from "../../types.ts";
 import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, matchRatio, prefixKey } from "../data.ts";
+import type { LatencyPredictions } from "../latency/data.ts";
+import { latencyKey } from "../latency/data.ts";
 
 export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
 
@@ -33,31 +38,34 @@ export const affinityParams = z
     learnPrefillThroughput: z.boolean().default(true),
     prefixMatchInfoProducerName: z.string().min(1).optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
+    latencyPredictionInfoProducerName: z.string().min(1).optional(),
   })
   .superRefine((p, ctx) => {
-    if (p.ttftSource === "latencyPredictor") {
-      ctx.addIssue({
-        code: "custom",
-        path: ["ttftSource"],
-        message: '"latencyPredictor" is not implemented in kvgate; use "prefillThroughput"',
-      });
-    }
-    if (p.maxTTFTPenaltyMs > 0 && p.peakPrefillThroughput === 0) {
+    if (p.ttftSource !== "latencyPredictor" && p.maxTTFTPenaltyMs > 0 && p.peakPrefillThroughput === 0) {
       ctx.addIssue({
         code: "custom",
         path: ["peakPrefillThroughput"],
-        message: "must be > 0 when maxTTFTPenaltyMs > 0",
+        message: "must be > 0 when maxTTFTPenaltyMs > 0 and ttftSource is prefillThroughput",
       });
     }
   });
 export type AffinityParams = z.output<typeof affinityParams>;
 
-export type AffinityDecision = "not-applicable" | "exploration" | "no-match" | "load-override" | "sticky";
+export type AffinityDecision =
+  | "not-applicable"
+  | "exploration"
+  | "no-match"
+  | "missing-signal"
+  | "load-override"
+  | "sticky";
 
 export class PrefixCacheAffinityFilter implements Filter {
   readonly typedName: TypedName;
   readonly #prefix: DataKey<PrefixMatchInfo>;
   readonly #inflight: DataKey<InFlightInfo> | null;
+  /** ttftSource latencyPredictor (with a load gate): the producer whose predicted TTFTs gate. */
+  readonly #latency: DataKey<LatencyPredictions> | null;
+  readonly #decision: DataKey<AffinityDecision>;
   /** Per-call scratch: which of the endpoints are sticky (index-aligned). */
   #isSticky = new Uint8Array(64);
   /** Decisions taken, by outcome (llm-d records the same as a metric). */
@@ -65,6 +73,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     "not-applicable": 0,
     exploration: 0,
     "no-match": 0,
+    "missing-signal": 0,
     "load-override": 0,
     sticky: 0,
   };
@@ -75,12 +84,16 @@ export class PrefixCacheAffinityFilter implements Filter {
   ) {
     this.typedName = { type: AFFINITY_FILTER_TYPE, name };
     this.#prefix = prefixKey(params.prefixMatchInfoProducerName as string);
-    this.#inflight =
-      params.maxTTFTPenaltyMs > 0 ? inflightKey(params.inFlightLoadProducerName as string) : null;
+    const gate = params.maxTTFTPenaltyMs > 0;
+    const predicted = params.ttftSource === "latencyPredictor";
+    this.#inflight = gate && !predicted ? inflightKey(params.inFlightLoadProducerName as string) : null;
+    this.#latency = gate && predicted ? latencyKey(params.latencyPredictionInfoProducerName as string) : null;
+    this.#decision = dataKey(`prefix-cache-affinity/${name}`);
   }
 
   consumes() {
-    return { required: this.#inflight ? [this.#prefix, this.#inflight] : [this.#prefix] };
+    const gate = this.#inflight ?? this.#latency;
+    return { required: gate ? [this.#prefix, gate] : [this.#prefix] };
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
@@ -98,6 +111,11 @@ export class PrefixCacheAffinityFilter implements Filter {
     const isSticky = this.#isSticky;
     const sticky = this.#markSticky(cycle, info, endpoints, isSticky);
     if (sticky.length === 0) return this.#done("no-match", endpoints);
+    if (this.#latency !== null && sticky.length < n) {
+      const d = this.#predictedGate(cycle, endpoints, isSticky, this.#latency);
+      cycle.set(this.#decision, d ?? "sticky");
+      if (d !== null) return this.#done(d, endpoints);
+    }
     if (this.#inflight !== null && sticky.length < n) {
       const load = cycle.get(this.#inflight);
       if (load === undefined) return this.#done("not-applicable", endpoints);
@@ -126,6 +144,39 @@ export class PrefixCacheAffinityFilter implements Filter {
       }
     }
     return this.#done("sticky", sticky);
+  }
+
+  /**
+   * llm-d's load gate on predicted TTFT: keep all ("load-override") when the best sticky endpoint's
+   * predicted TTFT exceeds the best other's by more than maxTTFTPenaltyMs, or ("missing-signal")
+   * when either side has no prediction; null keeps the sticky ones.
+   */
+  #predictedGate(
+    cycle: CycleState,
+    endpoints: readonly EndpointState[],
+    isSticky: Uint8Array,
+    key: DataKey<LatencyPredictions>,
+  ): AffinityDecision | null {
+    const preds = cycle.get(key);
+    let bestSticky = Number.POSITIVE_INFINITY;
+    let bestRest = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < endpoints.length; i++) {
+      const t = preds?.get(endpoints[i].id)?.ttftMs;
+      if (t === undefined) continue;
+      if (isSticky[i] === 1) bestSticky = Math.min(bestSticky, t);
+      else bestRest = Math.min(bestRest, t);
+    }
+    if (bestSticky === Number.POSITIVE_INFINITY || bestRest === Number.POSITIVE_INFINITY)
+      return "missing-signal";
+    return bestSticky - bestRest > this.params.maxTTFTPenaltyMs ? "load-override" : null;
+  }
+
+  explain(cycle: CycleState): Record<string, unknown> | undefined {
+    const d = cycle.get(this.#decision);
+    if (d === undefined) return undefined;
+    return d === "missing-signal"
+      ? { decision: d, fallback: "no latency predictions yet: TTFT load gate skipped, every endpoint kept" }
+      : { decision: d };
   }
 
   /**
@@ -196,13 +247,17 @@ export const affinityFilterSpec = spec({
     const needs: Need[] = [
       { family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: true },
     ];
-    if (p.maxTTFTPenaltyMs > 0)
+    if (p.maxTTFTPenaltyMs > 0 && p.ttftSource === "latencyPredictor")
+      needs.push({
+        family: "latency-prediction-info",
+        param: "latencyPredictionInfoProducerName",
+        required: true,
+      });
+    else if (p.maxTTFTPenaltyMs > 0)
       needs.push({ family: "inflight-load", param: "inFlightLoadProducerName", required: true });
     return needs;
   },
   unsupportedParams: {
-    latencyPredictionInfoProducerName:
-      "kvgate has no latency predictor yet; use ttftSource: prefillThroughput",
     prefillCalibrationFile: "kvgate config is loaded from text, not paths; set peakPrefillThroughput instead",
     prefillCalibrationFingerprint: "calibration records are not supported; set peakPrefillThroughput instead",
     prefillCalibrationRequired: "calibration records are not supported; set peakPrefillThroughput instead",

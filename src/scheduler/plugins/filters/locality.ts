@@ -1,0 +1,187 @@
+/**
+ * locality-filter (kvgate; llm-d has no locality plugin): keep a request in the gateway's own
+ * locality and spill to the next-nearest one only while the local endpoints are saturated.
+ *
+ * Localities come from endpoint labels, coarsest first (default `topology.kubernetes.io/region`,
+ * then `.../zone`, the well-known Kubernetes node labels). An endpoint's distance from the origin is
+ * the number of those labels, from the coarsest, that differ: same zone 0, same region 1, elsewhere
+ * 2 (further regions are ordered by `rttMs` when given, else by name). The origin is the gateway's
+ * own locality (`origin`), or the request's `locality` fact when the caller sets one (the fleet
+ * simulator, for requests arriving at several regions' gateways). Headers never set it.
+ *
+ * Spilling: the nearest group is kept alone unless its saturation — the utilization detector's
+ * measure, average over the group of max(queue / queueDepthThreshold, KV use / kvCacheUtilThreshold)
+ * — has reached `spillThreshold`; then the next group joins, and so on. While a group spills, its
+ * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
+ * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
+ * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
+ * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
+ * local and remote (each flap shreds prefix locality). With `spill: false` the filter is "local
+ * only": the nearest group that has any endpoint, always.
+ */
+import { z } from "zod";
+import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
+import { spec } from "../../plugin-spec.ts";
+import type { CycleState, EndpointState, Filter, TypedName } from "../../types.ts";
+
+export const LOCALITY_FILTER_TYPE = "locality-filter";
+export const REGION_LABEL = "topology.kubernetes.io/region";
+export const ZONE_LABEL = "topology.kubernetes.io/zone";
+
+export const localityParams = z
+  .strictObject({
+    /** Locality labels, coarsest first. */
+    labels: z.array(z.string().min(1)).min(1).default([REGION_LABEL, ZONE_LABEL]),
+    /** This gateway's locality: label → value (a missing label matches nothing). */
+    origin: z.record(z.string(), z.string()).default({}),
+    spill: z.boolean().default(true),
+    /** Saturation (≥ this) at which the next locality joins. */
+    spillThreshold: z.number().positive().default(1),
+    /** Saturation (< this) at which a spilling locality takes its traffic back. */
+    recoverThreshold: z.number().positive().default(0.8),
+    /** The utilization measure's thresholds (utilization-detector's parameters and defaults). */
+    queueDepthThreshold: z.number().positive().default(5),
+    kvCacheUtilThreshold: z.number().positive().default(0.8),
+    metricsStalenessThreshold: z.string().default("2s"),
+    /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
+    rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
+  })
+  .refine((p) => p.recoverThreshold <= p.spillThreshold, {
+    message: "recoverThreshold must not exceed spillThreshold (it is the lower edge of the hysteresis)",
+  });
+export type LocalityParams = z.output<typeof localityParams>;
+
+export class LocalityFilter implements Filter {
+  readonly typedName: TypedName;
+  readonly params: LocalityParams;
+  readonly #measure: UtilizationDetector;
+  /** Origin key → how many groups it currently spills into beyond the nearest (hysteresis state). */
+  readonly #spilling = new Map<string, number>();
+  /** The last grouping: recomputed only when the endpoint list, a labels object or the origin changes. */
+  #last: {
+    endpoints: readonly EndpointState[];
+    labels: object[];
+    key: string;
+    groups: EndpointState[][];
+  } | null = null;
+
+  constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
+    this.typedName = { type: LOCALITY_FILTER_TYPE, name };
+    this.params = localityParams.parse(params);
+    this.#measure = new UtilizationDetector(`${name}/saturation`, {
+      queueDepthThreshold: this.params.queueDepthThreshold,
+      kvCacheUtilThreshold: this.params.kvCacheUtilThreshold,
+      metricsStalenessThreshold: this.params.metricsStalenessThreshold,
+    });
+  }
+
+  filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
+    if (endpoints.length === 0) return endpoints;
+    const origin = cycle.request.locality ?? this.params.origin;
+    const key = originKey(this.params.labels, origin);
+    const groups = this.#grouped(key, origin, endpoints);
+    if (groups.length === 1) return endpoints;
+    if (!this.params.spill) return groups[0];
+    const was = this.#spilling.get(key) ?? 0;
+    // Group k joins while groups 0..k-1 together are saturated (or were, and have not recovered).
+    let joined = 0;
+    let kept: readonly EndpointState[] = groups[0];
+    while (joined < groups.length - 1) {
+      const sat = this.#measure.saturation(kept, cycle.now);
+      const threshold = joined < was ? this.params.recoverThreshold : this.params.spillThreshold;
+      if (sat < threshold) break;
+      joined++;
+      kept = kept.concat(groups[joined]);
+    }
+    if (joined === 0) {
+      this.#spilling.delete(key);
+      // The cached group itself: while the pool is unchanged later plugins see the same array
+      // object and keep their per-list caches (CycleState.positions).
+      return groups[0];
+    }
+    this.#spilling.set(key, joined);
+    // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
+    // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
+    // endpoints with headroom stay candidates beside the group that joined.
+    const out: EndpointState[] = [];
+    for (let g = 0; g < joined; g++)
+      for (const e of groups[g])
+        if (this.#measure.endpointSaturation(e, cycle.now) < this.params.spillThreshold) out.push(e);
+    for (const e of groups[joined]) out.push(e);
+    return out;
+  }
+
+  /** How many groups `origin`'s traffic currently spills into beyond its own (for /explain, tests). */
+  spilling(origin: Record<string, string> = this.params.origin): number {
+    return this.#spilling.get(originKey(this.params.labels, origin)) ?? 0;
+  }
+
+  #grouped(
+    key: string,
+    origin: Record<string, string>,
+    endpoints: readonly EndpointState[],
+  ): EndpointState[][] {
+    // Callers may pass a fresh array per request: compare the elements (and their labels objects,
+    // which the datastore replaces when labels change), so an unchanged pool is never regrouped.
+    const last = this.#last;
+    const n = endpoints.length;
+    if (last !== null && last.key === key && last.endpoints.length === n) {
+      let i = 0;
+      while (i < n && endpoints[i] === last.endpoints[i] && endpoints[i].labels === last.labels[i]) i++;
+      if (i === n) return last.groups;
+    }
+    const groups = this.groups(origin, endpoints);
+    this.#last = { endpoints: endpoints.slice(), labels: endpoints.map((e) => e.labels), key, groups };
+    return groups;
+  }
+
+  /** The endpoints grouped by distance from `origin`, nearest first; empty groups left out. */
+  groups(origin: Record<string, string>, endpoints: readonly EndpointState[]): EndpointState[][] {
+    const labels = this.params.labels;
+    const coarse = labels[0];
+    const byKey = new Map<string, { rank: [number, number, string]; eps: EndpointState[] }>();
+    for (const e of endpoints) {
+      let same = 0;
+      while (
+        same < labels.length &&
+        origin[labels[same]] !== undefined &&
+        e.labels[labels[same]] === origin[labels[same]]
+      )
+        same++;
+      const distance = labels.length - same;
+      // Endpoints outside the origin's coarsest locality group by that locality, nearest first.
+      const where = same === 0 ? (e.labels[coarse] ?? "") : "";
+      const rtt = same === 0 ? this.#rtt(origin[coarse], e.labels[coarse]) : 0;
+      const k = `${distance}\u0000${where}`;
+      let g = byKey.get(k);
+      if (g === undefined) {
+        g = { rank: [distance, rtt, where], eps: [] };
+        byKey.set(k, g);
+      }
+      g.eps.push(e);
+    }
+    return [...byKey.values()]
+      .sort((a, b) => a.rank[0] - b.rank[0] || a.rank[1] - b.rank[1] || (a.rank[2] < b.rank[2] ? -1 : 1))
+      .map((g) => g.eps);
+  }
+
+  #rtt(a: string | undefined, b: string | undefined): number {
+    if (a === undefined || b === undefined) return Number.POSITIVE_INFINITY;
+    return this.params.rttMs[`${a}/${b}`] ?? this.params.rttMs[`${b}/${a}`] ?? Number.POSITIVE_INFINITY;
+  }
+}
+
+function originKey(labels: readonly string[], origin: Record<string, string>): string {
+  return labels.map((l) => origin[l] ?? "").join("\u0000");
+}
+
+export const localityFilterSpec = spec({
+  type: LOCALITY_FILTER_TYPE,
+  stability: "alpha",
+  kind: "filter",
+  summary:
+    "Keeps the gateway's own locality (region/zone labels) and spills to the nearest other one only while it is saturated, with hysteresis (kvgate).",
+  params: localityParams,
+  kvgateOnly: true,
+  factory: (name, params) => new LocalityFilter(name, params as LocalityParams),
+});

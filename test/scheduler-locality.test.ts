@@ -1,0 +1,169 @@
+// locality-filter: local first, spill to the nearest other locality only while saturated, hysteresis.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import fc from "fast-check";
+import {
+  LocalityFilter,
+  localityFilterSpec,
+  REGION_LABEL,
+  ZONE_LABEL,
+} from "../src/scheduler/plugins/filters/locality.ts";
+import { createScheduler } from "../src/scheduler/scheduler.ts";
+import { completion, cycleFor, endpoint } from "../src/scheduler/testing.ts";
+import type { EndpointState } from "../src/scheduler/types.ts";
+
+const at = (id: string, region: string, zone: string, waiting = 0) =>
+  endpoint(id, { waitingQueueSize: waiting }, { [REGION_LABEL]: region, [ZONE_LABEL]: zone });
+const ids = (eps: readonly EndpointState[]) => eps.map((e) => e.id).sort();
+const EAST = { [REGION_LABEL]: "us-east", [ZONE_LABEL]: "us-east-1a" };
+
+function run(f: LocalityFilter, eps: EndpointState[], locality?: Record<string, string>) {
+  const req = completion("r", "hello", locality ? { locality } : {});
+  return ids(f.filter(cycleFor(req, eps, 0), eps));
+}
+
+describe("locality-filter", () => {
+  it("keeps the origin's zone while it is not saturated; a missing label matches nothing", () => {
+    const eps = [
+      at("a:1", "us-east", "us-east-1a"),
+      at("b:1", "us-east", "us-east-1b"),
+      at("c:1", "us-west", "w"),
+    ];
+    assert.deepEqual(run(new LocalityFilter("f", { origin: EAST }), eps), ["a:1"]);
+    // Origin with a region only: the zone label cannot match, so the whole region is the local group.
+    assert.deepEqual(run(new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" } }), eps), [
+      "a:1",
+      "b:1",
+    ]);
+    // The request's own locality (set by the simulator's regional gateways) overrides the origin.
+    assert.deepEqual(run(new LocalityFilter("f", { origin: EAST }), eps, { [REGION_LABEL]: "us-west" }), [
+      "c:1",
+    ]);
+  });
+
+  it("spills to the same region's other zone before another region; saturated local endpoints step aside", () => {
+    const f = new LocalityFilter("f", { origin: EAST });
+    // a's queue 5 = saturation 1.0 → b (same region) joins, a (saturated) steps aside; a+b average
+    // 0.5 < 1 → west stays out.
+    assert.deepEqual(
+      run(f, [
+        at("a:1", "us-east", "us-east-1a", 5),
+        at("b:1", "us-east", "us-east-1b"),
+        at("c:1", "us-west", "w"),
+      ]),
+      ["b:1"],
+    );
+    assert.equal(f.spilling(EAST), 1);
+    // a has headroom again but the zone has not recovered (0.9 ≥ 0.8): a is a candidate beside b.
+    assert.deepEqual(
+      run(f, [
+        at("a:1", "us-east", "us-east-1a", 4.5),
+        at("b:1", "us-east", "us-east-1b"),
+        at("c:1", "us-west", "w"),
+      ]),
+      ["a:1", "b:1"],
+    );
+    // The whole region saturated: west joins, and the region's saturated endpoints step aside.
+    const all = [
+      at("a:1", "us-east", "us-east-1a", 9),
+      at("b:1", "us-east", "us-east-1b", 3),
+      at("c:1", "us-west", "w"),
+    ];
+    assert.deepEqual(run(f, all), ["b:1", "c:1"]);
+    assert.equal(f.spilling(EAST), 2);
+  });
+
+  it("orders other regions by rttMs and spills to the nearest first", () => {
+    const f = new LocalityFilter("f", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      rttMs: { "us-east/eu-west": 80, "us-central/us-east": 30 },
+    });
+    const eps = [at("e:1", "us-east", "z", 9), at("w:1", "eu-west", "z"), at("c:1", "us-central", "z")];
+    assert.deepEqual(run(f, eps), ["c:1"]);
+  });
+
+  it("keeps spilling until saturation falls below recoverThreshold (no flapping at the threshold)", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    const fleet = (q: number) => [at("e:1", "us-east", "z", q), at("w:1", "us-west", "z")];
+    assert.deepEqual(run(f, fleet(4)), ["e:1"]); // 0.8 < 1.0
+    assert.deepEqual(run(f, fleet(5)), ["w:1"]); // 1.0: spill, and the saturated e steps aside
+    // Back to 0.9 and 0.8: still ≥ recoverThreshold 0.8, so still spilling (without hysteresis: local).
+    assert.deepEqual(run(f, fleet(4.5)), ["e:1", "w:1"]);
+    assert.deepEqual(run(f, fleet(4)), ["e:1", "w:1"]);
+    assert.deepEqual(run(f, fleet(3.5)), ["e:1"]); // 0.7 < 0.8: recovered
+    assert.equal(f.spilling({ [REGION_LABEL]: "us-east" }), 0);
+  });
+
+  it("spill: false is local only, even when the local endpoints are saturated", () => {
+    const f = new LocalityFilter("f", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      spill: false,
+    });
+    assert.deepEqual(run(f, [at("e:1", "us-east", "z", 50), at("w:1", "us-west", "z")]), ["e:1"]);
+    // With no endpoint in the origin's region, the nearest group that has endpoints serves.
+    assert.deepEqual(run(f, [at("w:1", "us-west", "z"), at("x:1", "eu", "z")]), ["x:1"]);
+  });
+
+  it("never returns an empty set; keeps an unsaturated origin local; drops only saturated local endpoints (property)", () => {
+    const regions = ["r0", "r1", "r2"];
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ region: fc.constantFrom(...regions), q: fc.integer({ min: 0, max: 12 }) }), {
+          minLength: 1,
+          maxLength: 12,
+        }),
+        fc.constantFrom(...regions),
+        (specs, origin) => {
+          const eps = specs.map((s, i) => at(`e${i}:1`, s.region, "z", s.q));
+          const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: origin }, labels: [REGION_LABEL] });
+          const out = run(f, eps);
+          assert.ok(out.length > 0);
+          const local = specs.flatMap((s, i) =>
+            s.region === origin ? [{ id: `e${i}:1`, sat: s.q / 5 }] : [],
+          );
+          // Nothing to spill to (every endpoint local) or no local endpoint: the nearest group serves whole.
+          if (local.length === 0 || local.length === eps.length) return;
+          const mean = local.reduce((x, l) => x + l.sat, 0) / local.length;
+          if (mean < 1)
+            assert.deepEqual(out, local.map((l) => l.id).sort(), "an unsaturated origin stays local");
+          else
+            for (const l of local)
+              assert.equal(out.includes(l.id), l.sat < 1, `${l.id} at saturation ${l.sat}`);
+        },
+      ),
+      { seed: 17, numRuns: 300 },
+    );
+  });
+
+  it("loads from EndpointPickerConfig and beats the queue scorer's preference; bad hysteresis is a config error", async () => {
+    const yaml = (params: string) => `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: locality-filter
+  parameters: ${params}
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: locality-filter
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`;
+    const { scheduler } = await createScheduler(yaml(`{ origin: { ${REGION_LABEL}: us-east } }`), {
+      seed: 1,
+    });
+    const east = at("e:1", "us-east", "z", 3);
+    const west = at("w:1", "us-west", "z", 0);
+    assert.equal(scheduler.schedule(completion("r", "hi"), [east, west], 0).target?.id, "e:1");
+    const busy = at("e:1", "us-east", "z", 6); // saturated: the emptier remote replica wins
+    assert.equal(scheduler.schedule(completion("r2", "hi"), [busy, west], 0).target?.id, "w:1");
+    await assert.rejects(
+      createScheduler(yaml("{ spillThreshold: 0.5, recoverThreshold: 0.9 }")),
+      /recoverThreshold must not exceed spillThreshold/,
+    );
+    assert.equal(localityFilterSpec.kvgateOnly, true);
+  });
+});
