@@ -53,6 +53,28 @@ test("extract: legacy gpu_cache_usage_perc fallback and SGLang names", () => {
   );
 });
 
+test("extract: vLLM's prefix-cache and generation counters are summed over engines, legacy names accepted", () => {
+  const base = "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n";
+  const m = extractMetrics(
+    fams(
+      `${base}# TYPE vllm:prefix_cache_queries counter\n` +
+        'vllm:prefix_cache_queries_total{engine="0"} 100\nvllm:prefix_cache_queries_total{engine="1"} 50\n' +
+        "# TYPE vllm:prefix_cache_hits counter\n" +
+        'vllm:prefix_cache_hits_total{engine="0"} 60\nvllm:prefix_cache_hits_total{engine="1"} 15\n' +
+        "vllm:generation_tokens_total 42\n",
+    ),
+  );
+  assert.deepEqual(m.counters, { prefixCacheQueries: 150, prefixCacheHits: 75, generationTokens: 42 });
+  const legacy = extractMetrics(
+    fams(
+      `${base}vllm:gpu_prefix_cache_queries_total 10\nvllm:gpu_prefix_cache_hits_total 4\nvllm:generation_tokens_total 7\n`,
+    ),
+  );
+  assert.deepEqual(legacy.counters, { prefixCacheQueries: 10, prefixCacheHits: 4, generationTokens: 7 });
+  // One counter missing: no counters at all rather than a rate computed from a partial set.
+  assert.equal(extractMetrics(fams(`${base}vllm:prefix_cache_queries_total 10\n`)).counters, undefined);
+});
+
 test("extract: missing or invalid signals are errors naming the metric", () => {
   assert.throws(() => extractMetrics(fams("foo 1\n")), /no model-server metrics/);
   assert.throws(

@@ -8,7 +8,7 @@ import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { request } from "undici";
+import { Client, request } from "undici";
 import { startGateway } from "../src/gateway/gateway.ts";
 import { forwardRequestHeaders, forwardResponseHeaders } from "../src/gateway/headers.ts";
 import { parseRequestBody } from "../src/gateway/request-body.ts";
@@ -248,6 +248,50 @@ test("beyond max concurrent requests → 503; shutdown drains the in-flight requ
     await closing;
   } finally {
     release();
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("beyond max connections → 503 with connection: close on the extra connection; a freed slot is reused", {
+  timeout: 30_000,
+}, async () => {
+  const up = await replica({ waiting: 0, kv: 0 });
+  const gw = await startGateway({ endpoints: up.id, maxConnections: 1, scrapeIntervalMs: 20, log: () => {} });
+  const first = new Client(gw.url);
+  const second = new Client(gw.url);
+  try {
+    await waitFor(() => gw.gateway.data.store.get(up.id)?.state.metrics != null, "scraped");
+    const body = '{"model":"m","prompt":"x"}';
+    const post = (c: Client) =>
+      c
+        .request({
+          path: "/v1/completions",
+          method: "POST",
+          body,
+          headers: { "content-type": "application/json" },
+        })
+        .then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
+    assert.equal((await post(first)).status, 200); // holds the one slot (keep-alive)
+    const over = await post(second);
+    assert.match(
+      assertOpenAIError(over, 503).message,
+      /too many open connections \(limit 1\).*--max-connections/,
+    );
+    assert.equal(over.headers.connection, "close");
+    assert.equal((await post(first)).status, 200, "the admitted connection keeps working");
+    await first.close();
+    await waitFor(() => gw.gateway.connections.open === 0, "slot freed");
+    const third = new Client(gw.url);
+    assert.equal((await post(third)).status, 200);
+    await third.close();
+    assert.match(
+      await gw.gateway.metrics.text(),
+      /kvgate_http_requests_total\{[^}]*status="503",outcome="rejected"\} 1/,
+    );
+  } finally {
+    await first.close().catch(() => {});
+    await second.close().catch(() => {});
     await gw.close();
     await up.close();
   }

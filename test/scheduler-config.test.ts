@@ -304,3 +304,10 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
       "priority",
     ));
 });
+
+it("an alias to an unset anchor is a ConfigError naming the YAML problem, not a ReferenceError", () => {
+  assert.throws(
+    () => loadConfig("apiVersion: *x\nkind: EndpointPickerConfig\n"),
+    (e: Error) => e instanceof ConfigError && /invalid YAML: Unresolved alias.*quote a value/.test(e.message),
+  );
+});

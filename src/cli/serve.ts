@@ -28,6 +28,7 @@ interface Flags extends SyncFlags {
   scrapeTimeoutMs: number;
   maxBodyBytes: number;
   maxConcurrentRequests: number;
+  maxConnections: number;
   maxAttempts: number;
   drainTimeoutMs: number;
   headersTimeoutMs: number;
@@ -82,6 +83,12 @@ export function registerServe(program: Command): Command {
         .option("--scrape-timeout-ms <n>", "metrics poll timeout", positive, 1000)
         .option("--max-body-bytes <n>", "largest request body (413 beyond)", positive, 16 * 1024 * 1024)
         .option("--max-concurrent-requests <n>", "requests handled at once (503 beyond)", positive, 4096)
+        .option(
+          "--max-connections <n>",
+          "open client connections (requests on more get 503)",
+          positive,
+          16384,
+        )
         .option("--max-attempts <n>", "replicas tried per request before 503 (failover)", positive, 3)
         .option(
           "--drain-timeout-ms <n>",
@@ -174,6 +181,7 @@ export function registerServe(program: Command): Command {
         scrapeTimeoutMs: flags.scrapeTimeoutMs,
         maxBodyBytes: flags.maxBodyBytes,
         maxConcurrentRequests: flags.maxConcurrentRequests,
+        maxConnections: flags.maxConnections,
         maxAttempts: flags.maxAttempts,
         drainTimeoutMs: flags.drainTimeoutMs,
         headersTimeoutMs: flags.headersTimeoutMs,

@@ -11,7 +11,7 @@
  */
 import type { EndpointMetrics, EndpointState } from "../scheduler/types.ts";
 import type { EndpointSpec } from "./endpoints.ts";
-import type { EngineKind, ExtractedMetrics } from "./extract.ts";
+import type { EngineCounters, EngineKind, ExtractedMetrics } from "./extract.ts";
 
 /** Monotonic seconds: the one clock for metrics updateTime, staleness and the scheduler's `now`. */
 export function monotonicSeconds(): number {
@@ -40,6 +40,8 @@ export interface EndpointRecord {
   requestFailures: number;
   models: ModelCard[] | null;
   modelIds: Set<string> | null;
+  /** vLLM's cumulative token counters from the last scrape that had them (the dashboard's rates). */
+  counters: EngineCounters | null;
 }
 
 export interface DatastoreOptions {
@@ -124,6 +126,7 @@ export class Datastore {
       requestFailures: 0,
       models: null,
       modelIds: null,
+      counters: null,
     };
     this.#records.set(spec.id, rec);
     return rec;
@@ -154,6 +157,7 @@ export class Datastore {
       updateTime: now,
     };
     rec.engine = m.engine;
+    rec.counters = m.counters ?? null;
     rec.lastScrapeOk = now;
     rec.consecutiveFailures = 0;
     rec.lastError = null;

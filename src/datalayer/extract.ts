@@ -23,6 +23,36 @@ export interface ExtractedMetrics {
   cacheNumCpuBlocks?: number;
   /** `model_name` label values seen on the queue series (served model names). */
   modelNames: string[];
+  /** vLLM's cumulative token counters, when exported (for the dashboard's rates; not routed on). */
+  counters?: EngineCounters;
+}
+
+/** Cumulative counters of a vLLM replica, summed over engines (vLLM v0.26.0 `vllm/v1/metrics/loggers.py`). */
+export interface EngineCounters {
+  /** vllm:prefix_cache_queries_total: prompt tokens looked up in the prefix cache. */
+  prefixCacheQueries: number;
+  /** vllm:prefix_cache_hits_total: of those, tokens found. */
+  prefixCacheHits: number;
+  /** vllm:generation_tokens_total: output tokens generated. */
+  generationTokens: number;
+}
+
+const COUNTERS: Record<keyof EngineCounters, string[]> = {
+  // gpu_prefix_cache_*: the names before vLLM 0.10 (deprecated in 0.9).
+  prefixCacheQueries: ["vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"],
+  prefixCacheHits: ["vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"],
+  generationTokens: ["vllm:generation_tokens_total"],
+};
+
+function counters(families: PromFamilies): EngineCounters | undefined {
+  const out: Partial<EngineCounters> = {};
+  for (const key of Object.keys(COUNTERS) as Array<keyof EngineCounters>) {
+    let v: number | undefined;
+    for (const name of COUNTERS[key]) if ((v = total(families, name)) !== undefined) break;
+    if (v === undefined || !finite(v)) return undefined;
+    out[key] = v;
+  }
+  return out as EngineCounters;
 }
 
 interface EngineNames {
@@ -129,5 +159,9 @@ export function extractMetrics(families: PromFamilies): ExtractedMetrics {
   const models = new Set<string>();
   for (const s of samplesOf(families, n.waiting)) if (s.labels.model_name) models.add(s.labels.model_name);
   out.modelNames = [...models];
+  if (kind === "vllm") {
+    const c = counters(families);
+    if (c) out.counters = c;
+  }
   return out;
 }

@@ -14,6 +14,7 @@
  *                    bytes, age of the oldest request, tokens served; and the pool saturation
  *   GET  /config     the effective EndpointPickerConfig
  *   GET  /health
+ *   GET  /           the live dashboard (dashboard/page.ts), fed by GET /dashboard/events (SSE)
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
@@ -21,6 +22,7 @@ import { printConfig } from "../scheduler/defaults.ts";
 import { prefixKey } from "../scheduler/plugins/data.ts";
 import { PreciseMatchInfo } from "../scheduler/plugins/precise-prefix-cache-producer.ts";
 import type { ScheduleResult } from "../scheduler/types.ts";
+import { serveDashboardEvents, serveDashboardPage } from "./dashboard/sse.ts";
 import { fillEndpointTokenIds, prepare } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import { fairnessIdOf, flowGateOf } from "./flow-gate.ts";
@@ -55,6 +57,10 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
   const url = new URL(req.url ?? "/", "http://admin");
   const route = `${req.method} ${url.pathname}`;
   switch (route) {
+    case "GET /":
+      return serveDashboardPage(res);
+    case "GET /dashboard/events":
+      return serveDashboardEvents(gw, req, res);
     case "GET /health":
       return json(res, 200, { status: gw.draining ? "draining" : "ok" });
     case "GET /endpoints": {

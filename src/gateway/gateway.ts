@@ -18,6 +18,8 @@ import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
 import type { AutoscaleService } from "./autoscale.ts";
+import { ConnectionLimit } from "./connection-limit.ts";
+import { dashboardSamplerOf, stopDashboard } from "./dashboard/sampler.ts";
 import { TrafficCounts } from "./endpoint-traffic.ts";
 import { KvEventsWiring } from "./kv-events.ts";
 import { type BoundAddress, listen } from "./listen.ts";
@@ -54,6 +56,8 @@ export interface GatewayOptions {
   maxBodyBytes?: number;
   /** Requests being handled at once; beyond this, 503. Default 4096. */
   maxConcurrentRequests?: number;
+  /** Open client connections on the public port; requests on more get 503 (connection-limit.ts). Default 16384. */
+  maxConnections?: number;
   /** Endpoints tried per request (failover). Default 3. */
   maxAttempts?: number;
   /** Client must send its headers within this. Default 30 s. */
@@ -169,6 +173,7 @@ export class Gateway {
   readonly publicServer: Server;
   readonly adminServer: Server;
   readonly #sockets = new Set<Socket>();
+  readonly connections: ConnectionLimit;
   #closing: Promise<void> | null = null;
 
   constructor(opts: GatewayOptions, source: EndpointSource, routing: Routing, objectives: ModelObjectives) {
@@ -210,7 +215,9 @@ export class Gateway {
       handlePublic(this, req, res),
     );
     this.publicServer.requestTimeout = opts.requestTimeoutMs ?? 120_000;
+    this.connections = new ConnectionLimit(opts.maxConnections ?? 16384);
     this.publicServer.on("connection", (s: Socket) => {
+      this.connections.accept(s);
       this.#sockets.add(s);
       s.on("close", () => this.#sockets.delete(s));
     });
@@ -324,6 +331,7 @@ export class Gateway {
       this.adminServer.closeAllConnections();
     });
     await this.sync?.close();
+    stopDashboard(this);
     await this.data.close();
     await this.kvEvents.close();
     await Promise.all([...this.#pools.values()].map((p) => p.destroy().catch(() => {})));
@@ -357,6 +365,12 @@ export async function createGateway(opts: GatewayOptions, source?: EndpointSourc
   const maxBody = opts.maxBodyBytes;
   if (maxBody !== undefined && !(Number.isInteger(maxBody) && maxBody >= 1))
     throw new Error(`--max-body-bytes must be a positive integer, got ${maxBody}`);
+  for (const [flag, v] of [
+    ["--max-connections", opts.maxConnections],
+    ["--max-concurrent-requests", opts.maxConcurrentRequests],
+  ] as const)
+    if (v !== undefined && !(Number.isInteger(v) && v >= 1))
+      throw new Error(`${flag} must be a positive integer, got ${v}`);
   if ((opts.requestTimeoutMs ?? 120_000) < (opts.headersTimeoutMs ?? 30_000))
     throw new Error("--request-timeout-ms must be ≥ --headers-timeout-ms");
   const configText = opts.configFile !== undefined ? readConfig(opts.configFile) : (opts.config ?? null);
@@ -400,6 +414,7 @@ export function startDataLayer(gw: Gateway): void {
     });
     gw.sync.start();
   }
+  dashboardSamplerOf(gw); // the dashboard's history starts with the gateway, not with the first page view
   for (const w of gw.routing.warnings) gw.log(`kvgate: config warning: ${w}`);
 }
 

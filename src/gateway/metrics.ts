@@ -4,7 +4,7 @@
  * llm-d has the metric, so existing dashboards work; `kvgate_*` otherwise.
  * Client-chosen label values (model names) are capped at 1000 distinct values, then "other".
  */
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { KvEndpointStats } from "../datalayer/kv-events-subscriber.ts";
 import type { KvEventsFeedView } from "./kv-events.ts";
 import { PdMetrics } from "./pd/metrics.ts";
@@ -95,6 +95,10 @@ export class GatewayMetrics {
 
   constructor() {
     const registers = [this.registry];
+    // The process's own health, as llm-d's Go EPP exports go_* and process_*: resident memory
+    // (process_resident_memory_bytes), heap, handles, and event-loop delay
+    // (nodejs_eventloop_lag_{p50,p99,max}_seconds, over the time since the previous scrape).
+    collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: 10 });
     const c = <L extends string>(name: string, help: string, labelNames: readonly L[]) =>
       new Counter<L>({ name, help, labelNames, registers });
     const g = <L extends string>(name: string, help: string, labelNames: readonly L[]) =>

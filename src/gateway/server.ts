@@ -43,6 +43,19 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
       status: String(status),
       outcome,
     });
+  if (gw.connections.rejects(req.socket)) {
+    req.resume();
+    res.setHeader("connection", "close");
+    sendError(
+      res,
+      new GatewayError(
+        503,
+        `too many open connections (limit ${gw.connections.max}); retry with backoff, reuse connections, or raise --max-connections`,
+      ),
+    );
+    done(503, "rejected");
+    return;
+  }
   if (route && req.method === "POST") {
     proxyRequest(gw, route, req, res).catch((err) => {
       gw.log(`kvgate: internal error on ${path}: ${(err as Error).stack ?? err}`);
@@ -52,12 +65,11 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
     });
     return;
   }
-  if (path === "/v1/models" && req.method === "GET") {
-    listModels(gw, res).catch(() => sendError(res, new GatewayError(500, "internal gateway error")));
-    return;
-  }
-  if (path === "/health" && req.method === "GET") {
-    res.writeHead(gw.draining ? 503 : 200, { "content-type": "application/json" }).end("{}");
+  if ((path === "/v1/models" || path === "/health") && req.method === "GET") {
+    res.once("finish", () => done(res.statusCode, res.statusCode < 400 ? "success" : "rejected"));
+    if (path === "/health")
+      res.writeHead(gw.draining ? 503 : 200, { "content-type": "application/json" }).end("{}");
+    else listModels(gw, res).catch(() => sendError(res, new GatewayError(500, "internal gateway error")));
     return;
   }
   const known = route !== undefined || path === "/v1/models";
@@ -92,7 +104,10 @@ async function proxyRequest(
   if (gw.active >= gw.opts.maxConcurrentRequests) {
     req.resume();
     return reject(
-      new GatewayError(503, `too many concurrent requests (limit ${gw.opts.maxConcurrentRequests})`),
+      new GatewayError(
+        503,
+        `too many concurrent requests (limit ${gw.opts.maxConcurrentRequests}); retry with backoff or raise --max-concurrent-requests`,
+      ),
       "rejected",
     );
   }

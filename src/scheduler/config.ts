@@ -84,7 +84,15 @@ export function parseConfigText(text: string, warnings: string[]): RawConfig {
   docs.forEach((d, i) => {
     const where = `config document ${i + 1}`;
     if (d.errors.length > 0) throw new ConfigError(`${where}: invalid YAML: ${d.errors[0].message}`);
-    const v: unknown = d.toJS();
+    let v: unknown;
+    try {
+      v = d.toJS();
+    } catch (err) {
+      // yaml throws (not reports) an alias to an anchor that is not set, e.g. `apiVersion: *x`.
+      throw new ConfigError(
+        `${where}: invalid YAML: ${(err as Error).message}; quote a value that starts with * or &`,
+      );
+    }
     if (v === null || v === undefined) return;
     if (!isRecord(v)) throw new ConfigError(`${where}: expected a mapping at the top level`);
     if (v.kind === "InferenceObjective") {

@@ -1,0 +1,102 @@
+/**
+ * The cheapest client that still checks the answer: one raw TCP connection per streaming request
+ * (HTTP/1.1, `connection: close`), the status line parsed, the body scanned for SSE `data:` events
+ * and the final `data: [DONE]`. bench:streams opens thousands of these at once, so it keeps no body
+ * beyond what a non-200 answer needs for its error JSON.
+ */
+import { connect } from "node:net";
+
+export interface StreamResult {
+  /** HTTP status, or 0 when the connection failed before a status line. */
+  status: number;
+  /** The response ended with `data: [DONE]` (a complete SSE stream). */
+  done: boolean;
+  /** SSE data events seen, [DONE] excluded. */
+  events: number;
+  /** The body of a non-200 answer (an OpenAI error JSON), cut at 4 KB. */
+  errorBody: string;
+  /** Connection or protocol error, if any. */
+  error: string | null;
+  startedAt: number;
+  firstByteAt: number;
+  endedAt: number;
+}
+
+export interface StreamHooks {
+  /** The status line arrived (the stream is open from the client's point of view). */
+  onHead?: (status: number) => void;
+}
+
+export function streamRequest(
+  port: number,
+  path: string,
+  body: string,
+  hooks: StreamHooks = {},
+  timeoutMs = 600_000,
+): Promise<StreamResult> {
+  return new Promise((resolve) => {
+    const r: StreamResult = {
+      status: 0,
+      done: false,
+      events: 0,
+      errorBody: "",
+      error: null,
+      startedAt: performance.now(),
+      firstByteAt: 0,
+      endedAt: 0,
+    };
+    let head = "";
+    let inBody = false;
+    let tail = "";
+    const s = connect({ host: "127.0.0.1", port });
+    s.setNoDelay(true);
+    s.setTimeout(timeoutMs, () => s.destroy(new Error(`no byte for ${timeoutMs} ms`)));
+    s.setEncoding("latin1");
+    s.on("connect", () => {
+      s.write(
+        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1:${port}\r\ncontent-type: application/json\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    });
+    const scan = (chunk: string) => {
+      if (r.status !== 200) {
+        if (r.errorBody.length < 4096) r.errorBody += chunk.slice(0, 4096 - r.errorBody.length);
+        return;
+      }
+      // A marker is judged once all 12 bytes of "data: [DONE]" could be seen; the unjudged end is kept.
+      const text = tail + chunk;
+      let from = 0;
+      for (
+        let i = text.indexOf("data: ");
+        i >= 0 && i + 12 <= text.length;
+        i = text.indexOf("data: ", from)
+      ) {
+        if (text.startsWith("data: [DONE]", i)) r.done = true;
+        else r.events++;
+        from = i + 6;
+      }
+      tail = text.slice(Math.max(from, text.length - 11));
+    };
+    s.on("data", (chunk: string) => {
+      if (!r.firstByteAt) r.firstByteAt = performance.now();
+      if (inBody) return scan(chunk);
+      head += chunk;
+      const end = head.indexOf("\r\n\r\n");
+      if (end < 0) return;
+      const m = /^HTTP\/1\.[01] (\d{3})/.exec(head);
+      r.status = m ? Number(m[1]) : 0;
+      inBody = true;
+      hooks.onHead?.(r.status);
+      const rest = head.slice(end + 4);
+      head = "";
+      scan(rest);
+    });
+    s.on("error", (e) => {
+      r.error ??= e.message;
+    });
+    s.on("close", () => {
+      r.endedAt = performance.now();
+      resolve(r);
+    });
+  });
+}
