@@ -23,6 +23,7 @@ import {
 } from "./cpu-tier-events.ts";
 import type { Req } from "./engine-state.ts";
 import type { SharedStorage, StorageItem } from "./storage-tier.ts";
+import { lruVictims } from "./tier-lru.ts";
 import type { OffloadConfig } from "./types.ts";
 
 export type { OffloadCounters, OffloadLoad, OffloadTransfer } from "./cpu-tier-events.ts";
@@ -312,16 +313,9 @@ export class CpuTier {
 
   /** Evicts LRU chunks whose store ended by `now` and that no load pins, until `n` fit. */
   private makeRoom(n: number, now: number): boolean {
-    let free = this.capacity - this.chunks.size;
-    if (free >= n) return true;
-    const victims: string[] = [];
-    for (const [k, c] of this.chunks) {
-      if (free >= n) break;
-      if (c.pins > 0 || c.readyAt > now) continue;
-      victims.push(k);
-      free++;
-    }
-    if (free < n) return false;
+    const victims = lruVictims(this.chunks, this.capacity, n, now);
+    if (victims === null) return false;
+    if (victims.length === 0) return true;
     const removed: bigint[] = [];
     const unannounced: Chunk[] = [];
     for (const k of victims) {

@@ -20,6 +20,7 @@
  */
 import type { KVEvent } from "../kv/events.ts";
 import { placeholderEvent } from "./cpu-tier-events.ts";
+import { lruVictims } from "./tier-lru.ts";
 
 /** The KV-event medium of llm-d's filesystem backend (its mediums.py / event_publisher.py). */
 export const STORAGE_MEDIUM = "SHARED_STORAGE";
@@ -219,16 +220,9 @@ export class SharedStorage {
   }
 
   private makeRoom(n: number, now: number): boolean {
-    let free = this.capacity - this.chunks.size;
-    if (free >= n) return true;
-    const victims: string[] = [];
-    for (const [k, c] of this.chunks) {
-      if (free >= n) break;
-      if (c.pins > 0 || c.readyAt > now) continue;
-      victims.push(k);
-      free++;
-    }
-    if (free < n) return false;
+    const victims = lruVictims(this.chunks, this.capacity, n, now);
+    if (victims === null) return false;
+    if (victims.length === 0) return true;
     const removed = new Map<number, bigint[]>();
     const unannounced: StoredChunk[] = [];
     for (const k of victims) {
