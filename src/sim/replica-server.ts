@@ -35,6 +35,10 @@ import {
 import { modelList } from "./replica-responses.ts";
 import { METRICS_CONTENT_TYPE, VllmMetrics } from "./vllm-metrics.ts";
 
+/** Accept queue asked of the kernel (capped by net.core.somaxconn); Node's 511 overflows when a gateway opens
+ * thousands of upstream connections at once. */
+const LISTEN_BACKLOG = 8192;
+
 /** The vLLM version whose wire formats the replica follows (KV events as maps, replay with topic). */
 export const EMULATED_VLLM_VERSION = "0.26.0";
 
@@ -174,7 +178,7 @@ export class ReplicaServer {
       await replica.nixl?.start();
       await new Promise<void>((resolve, reject) => {
         replica.server.once("error", reject);
-        replica.server.listen(opts.port, opts.host, () => {
+        replica.server.listen({ port: opts.port, host: opts.host, backlog: LISTEN_BACKLOG }, () => {
           replica.server.off("error", reject);
           resolve();
         });
