@@ -63,6 +63,7 @@ export class MultiPoolFront {
   readonly #rng: () => number;
   readonly #sockets = new Set<Socket>();
   readonly #declared: ReadonlyMap<Gateway, readonly string[] | null>;
+  readonly #forget: NodeJS.Timeout;
   draining = false;
 
   constructor(spec: PoolsFile, pools: ReadonlyMap<string, Gateway>, opts: MultiPoolOptions) {
@@ -76,6 +77,8 @@ export class MultiPoolFront {
     this.router = new PoolRouter(entries, spec.rewrites, (gw, model) =>
       gw.data.store.all().some((r) => r.modelIds?.has(model) === true),
     );
+    this.#forget = setInterval(() => this.router.forgetLearned(), 1000);
+    this.#forget.unref();
     this.trusted = spec.trustedHeader;
     const rng = createRng(opts.seed ?? 1);
     this.#rng = () => rng.next();
@@ -267,6 +270,7 @@ export class MultiPoolFront {
   async close(): Promise<void> {
     if (this.draining) return;
     this.draining = true;
+    clearInterval(this.#forget);
     const closed = new Promise<void>((r) => this.publicServer.close(() => r()));
     this.publicServer.closeIdleConnections();
     await Promise.all([...this.pools.values()].map((gw) => gw.close()));

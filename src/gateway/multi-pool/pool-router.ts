@@ -9,6 +9,11 @@
  * independent draw is, but the shares over any n requests stay within a few requests of the weights
  * instead of wandering by ±√n (independent draws miss a 70/30 split by more than 2 points over 1,000
  * requests about one time in six).
+ *
+ * Costs (bench:picker): rewrites are resolved once per source model at construction (the pools file
+ * is static), so a request's rewrite is a Map lookup; a learned model's pool is remembered after the
+ * first scan until forgetLearned() (the front door calls it every second, so a model that moves
+ * between pools is followed within about a second).
  */
 import type { ModelRewrite, ModelRewriteRule } from "../../datalayer/pool-resources.ts";
 import { findRewriteRule, pickTarget, type RewriteDecision } from "../model-rewrite.ts";
@@ -21,6 +26,8 @@ export interface RoutedPool<P> {
   readonly model: string;
   readonly rewrite: RewriteDecision | null;
 }
+
+type Found = NonNullable<ReturnType<typeof findRewriteRule>>;
 
 export interface PoolEntry<P> {
   readonly name: string;
@@ -35,7 +42,11 @@ export class PoolRouter<P> {
   readonly #learning: Array<PoolEntry<P>>;
   readonly #rewrites: readonly ModelRewrite[];
   readonly #learned: (pool: P, model: string) => boolean;
-  readonly #sequences = new WeakMap<ModelRewriteRule, { x: number }>();
+  readonly #sequences = new WeakMap<ModelRewriteRule, () => number>();
+  /** Source model → its resource and rule; `#generic` for every other model. */
+  readonly #rules = new Map<string, Found>();
+  readonly #generic: Found | null;
+  readonly #learnedCache = new Map<string, P>();
 
   constructor(
     entries: ReadonlyArray<PoolEntry<P>>,
@@ -49,6 +60,17 @@ export class PoolRouter<P> {
     this.#learning = entries.filter((e) => e.models === null);
     this.#rewrites = rewrites;
     this.#learned = learned;
+    for (const rw of rewrites)
+      for (const r of rw.rules)
+        for (const m of r.matches)
+          if (!this.#rules.has(m)) this.#rules.set(m, findRewriteRule(rewrites, m) as Found);
+    // A name no exact rule lists finds the generic rule, if any.
+    this.#generic = findRewriteRule(rewrites, "\u0000");
+  }
+
+  /** Drops the remembered pools of learned models (the replicas' lists may have changed). */
+  forgetLearned(): void {
+    this.#learnedCache.clear();
   }
 
   /** The pool named `name`, or undefined. */
@@ -60,27 +82,32 @@ export class PoolRouter<P> {
   poolOf(model: string): P | null {
     const p = this.#declared.get(model);
     if (p !== undefined) return p;
-    for (const e of this.#learning) if (this.#learned(e.pool, model)) return e.pool;
+    const known = this.#learnedCache.get(model);
+    if (known !== undefined) return known;
+    for (const e of this.#learning)
+      if (this.#learned(e.pool, model)) {
+        if (this.#learnedCache.size < 10_000) this.#learnedCache.set(model, e.pool);
+        return e.pool;
+      }
     return null;
   }
 
   /** The rewrite for `model` (null when none applies). */
   rewrite(model: string, rng: () => number): RewriteDecision | null {
     if (this.#rewrites.length === 0) return null;
-    const found = findRewriteRule(this.#rewrites, model);
+    const found = this.#rules.get(model) ?? this.#generic;
     if (!found) return null;
     const { rule } = found;
-    let seq = this.#sequences.get(rule);
-    if (!seq) {
-      seq = { x: rng() };
-      this.#sequences.set(rule, seq);
+    let next = this.#sequences.get(rule);
+    if (!next) {
+      let x = rng();
+      next = () => {
+        x += GOLDEN;
+        if (x >= 1) x -= 1;
+        return x;
+      };
+      this.#sequences.set(rule, next);
     }
-    const s = seq;
-    const next = () => {
-      s.x += GOLDEN;
-      if (s.x >= 1) s.x -= 1;
-      return s.x;
-    };
     return { rewriteName: found.rewrite.name, model, target: pickTarget(rule, next) };
   }
 
