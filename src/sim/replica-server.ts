@@ -227,7 +227,8 @@ export class ReplicaServer {
     return (
       `kvgate sim-replica listening on ${this.url} model=${o.servedModelNames[0]} profile=${o.profile.name} ` +
       `blocks=${o.numGpuBlocks} block_size=${o.blockSize} max_model_len=${o.maxModelLen} ` +
-      `time_scale=${o.timeScale}x tokenizer=${o.tokenizer.name}${kv}`
+      `time_scale=${o.timeScale}x tokenizer=${o.tokenizer.name}${kv}` +
+      (o.lora ? ` lora=${o.lora.adapters.length} adapters, max_loras ${o.lora.maxLoras}` : "")
     );
   }
 
