@@ -166,4 +166,28 @@ schedulingProfiles:
     );
     assert.equal(localityFilterSpec.kvgateOnly, true);
   });
+
+  it("re-measures at most every remeasureMs on an unchanged pool, and at once when the pool changes", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];
+    const at_ = (now: number) => ids(f.filter(cycleFor(completion("r", "hi"), eps, now), eps));
+    assert.deepEqual(at_(0), ["a:1"]);
+    // a scrape saturates a: within 50 ms the last measurement stands, after it west joins.
+    (eps[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9;
+    assert.deepEqual(at_(0.03), ["a:1"]);
+    assert.deepEqual(at_(0.06), ["c:1"]);
+    // A different endpoint list is regrouped and re-measured at once.
+    const more = [...eps, at("b:1", "us-east", "z")];
+    assert.deepEqual(ids(f.filter(cycleFor(completion("r", "hi"), more, 0.07), more)), ["b:1", "c:1"]);
+    // remeasureMs 0: every request.
+    const g = new LocalityFilter("g", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      remeasureMs: 0,
+    });
+    const e2 = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];
+    assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), e2, 1), e2)), ["a:1"]);
+    (e2[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9;
+    assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), e2, 1), e2)), ["c:1"]);
+  });
 });

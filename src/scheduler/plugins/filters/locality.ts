@@ -43,6 +43,11 @@ export const localityParams = z
     queueDepthThreshold: z.number().positive().default(5),
     kvCacheUtilThreshold: z.number().positive().default(0.8),
     metricsStalenessThreshold: z.string().default("2s"),
+    /**
+     * Saturation is re-measured at most this often (ms); in between, requests get the last answer.
+     * Half the default scrape period: the metrics it reads do not change faster. 0 = every request.
+     */
+    remeasureMs: z.number().nonnegative().default(50),
     /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
     rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
   })
@@ -64,6 +69,15 @@ export class LocalityFilter implements Filter {
     key: string;
     groups: EndpointState[][];
   } | null = null;
+  /** Origin key → the last measurement: when, over which grouping, and the list it gave. */
+  readonly #measured = new Map<
+    string,
+    { at: number; groups: EndpointState[][]; out: readonly EndpointState[] }
+  >();
+  /** The configured origin's key (most requests carry no locality of their own). */
+  readonly #originKey: string;
+  /** remeasureMs in seconds. */
+  readonly #remeasureS: number;
 
   constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
     this.typedName = { type: LOCALITY_FILTER_TYPE, name };
@@ -73,25 +87,48 @@ export class LocalityFilter implements Filter {
       kvCacheUtilThreshold: this.params.kvCacheUtilThreshold,
       metricsStalenessThreshold: this.params.metricsStalenessThreshold,
     });
+    this.#remeasureS = this.params.remeasureMs / 1000;
+    this.#originKey = originKey(this.params.labels, this.params.origin);
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
     if (endpoints.length === 0) return endpoints;
-    const origin = cycle.request.locality ?? this.params.origin;
-    const key = originKey(this.params.labels, origin);
-    const groups = this.#grouped(key, origin, endpoints);
+    const own = cycle.request.locality;
+    const origin = own ?? this.params.origin;
+    const key = own === undefined ? this.#originKey : originKey(this.params.labels, own);
+    // The measure reads only scraped metrics, which change once per scrape (100 ms by default):
+    // re-measuring on every request repeats the same answer at the cost of reading every endpoint.
+    // Within a measurement's window, labels are not re-read either (a relabel waits ≤ remeasureMs).
+    const last = this.#measured.get(key);
+    const now = cycle.now;
+    const fresh = last !== undefined && now >= last.at && now - last.at < this.#remeasureS;
+    const groups = this.#grouped(key, origin, endpoints, !fresh);
     if (groups.length === 1) return endpoints;
     if (!this.params.spill) return groups[0];
+    if (fresh && last.groups === groups) return last.out;
+    const out = this.#spill(key, groups, now, last?.out);
+    this.#measured.set(key, { at: now, groups, out });
+    return out;
+  }
+
+  /** Re-measures `key`'s saturation: the nearest group alone, or the spill list (see the header). */
+  #spill(
+    key: string,
+    groups: EndpointState[][],
+    now: number,
+    prev: readonly EndpointState[] | undefined,
+  ): readonly EndpointState[] {
     const was = this.#spilling.get(key) ?? 0;
     // Group k joins while groups 0..k-1 together are saturated (or were, and have not recovered).
     let joined = 0;
-    let kept: readonly EndpointState[] = groups[0];
+    let sum = 0;
+    let n = 0;
     while (joined < groups.length - 1) {
-      const sat = this.#measure.saturation(kept, cycle.now);
+      for (const e of groups[joined]) sum += this.#measure.endpointSaturation(e, now);
+      n += groups[joined].length;
       const threshold = joined < was ? this.params.recoverThreshold : this.params.spillThreshold;
-      if (sat < threshold) break;
+      if (sum / n < threshold) break;
       joined++;
-      kept = kept.concat(groups[joined]);
     }
     if (joined === 0) {
       this.#spilling.delete(key);
@@ -106,8 +143,10 @@ export class LocalityFilter implements Filter {
     const out: EndpointState[] = [];
     for (let g = 0; g < joined; g++)
       for (const e of groups[g])
-        if (this.#measure.endpointSaturation(e, cycle.now) < this.params.spillThreshold) out.push(e);
+        if (this.#measure.endpointSaturation(e, now) < this.params.spillThreshold) out.push(e);
     for (const e of groups[joined]) out.push(e);
+    // The same members as last time: the same array object, so later plugins' per-list caches hold.
+    if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
   }
 
@@ -120,14 +159,20 @@ export class LocalityFilter implements Filter {
     key: string,
     origin: Record<string, string>,
     endpoints: readonly EndpointState[],
+    checkLabels: boolean,
   ): EndpointState[][] {
-    // Callers may pass a fresh array per request: compare the elements (and their labels objects,
-    // which the datastore replaces when labels change), so an unchanged pool is never regrouped.
+    // Callers may pass a fresh array per request: compare the elements (and, unless told not to,
+    // their labels objects, which the datastore replaces when labels change), so an unchanged pool
+    // is never regrouped. Comparing elements reads only the arrays, never the endpoint objects.
     const last = this.#last;
     const n = endpoints.length;
     if (last !== null && last.key === key && last.endpoints.length === n) {
       let i = 0;
-      while (i < n && endpoints[i] === last.endpoints[i] && endpoints[i].labels === last.labels[i]) i++;
+      while (i < n && endpoints[i] === last.endpoints[i]) i++;
+      if (i === n && checkLabels) {
+        i = 0;
+        while (i < n && endpoints[i].labels === last.labels[i]) i++;
+      }
       if (i === n) return last.groups;
     }
     const groups = this.groups(origin, endpoints);
