@@ -11,7 +11,10 @@
  *
  * Spilling: the nearest group is kept alone unless its saturation — the utilization detector's
  * measure, average over the group of max(queue / queueDepthThreshold, KV use / kvCacheUtilThreshold)
- * — has reached `spillThreshold`; then the next group joins, and so on. While a group spills, its
+ * — has reached `spillThreshold`; then the nearest other group with headroom joins, and so on. A
+ * group itself saturated (≥ 1.0, the utilization detector's own line) is passed over — two busy
+ * regions spilling into each other would only trade their traffic — and with none that has headroom
+ * the traffic stays home. While a group spills, its
  * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
  * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
  * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
@@ -119,32 +122,38 @@ export class LocalityFilter implements Filter {
     prev: readonly EndpointState[] | undefined,
   ): readonly EndpointState[] {
     const was = this.#spilling.get(key) ?? 0;
-    // Group k joins while groups 0..k-1 together are saturated (or were, and have not recovered).
-    let joined = 0;
+    // The nearest group with headroom joins while the groups already in are saturated together (or
+    // were, and have not recovered). A group itself saturated (≥ 1.0, the utilization detector's
+    // line) is passed over: two busy regions spilling into each other would only trade their traffic.
+    const joined = [0];
     let sum = 0;
     let n = 0;
-    while (joined < groups.length - 1) {
-      for (const e of groups[joined]) sum += this.#measure.endpointSaturation(e, now);
-      n += groups[joined].length;
-      const threshold = joined < was ? this.params.recoverThreshold : this.params.spillThreshold;
+    let next = 1;
+    while (next < groups.length) {
+      const last = groups[joined[joined.length - 1]];
+      for (const e of last) sum += this.#measure.endpointSaturation(e, now);
+      n += last.length;
+      const threshold = joined.length - 1 < was ? this.params.recoverThreshold : this.params.spillThreshold;
       if (sum / n < threshold) break;
-      joined++;
+      while (next < groups.length && this.#measure.saturation(groups[next], now) >= 1) next++;
+      if (next === groups.length) break;
+      joined.push(next++);
     }
-    if (joined === 0) {
+    if (joined.length === 1) {
       this.#spilling.delete(key);
       // The cached group itself: while the pool is unchanged later plugins see the same array
       // object and keep their per-list caches (CycleState.positions).
       return groups[0];
     }
-    this.#spilling.set(key, joined);
+    this.#spilling.set(key, joined.length - 1);
     // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
     // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
-    // endpoints with headroom stay candidates beside the group that joined.
+    // endpoints with headroom stay candidates beside the group that joined last.
     const out: EndpointState[] = [];
-    for (let g = 0; g < joined; g++)
+    for (const g of joined.slice(0, -1))
       for (const e of groups[g])
         if (this.#measure.endpointSaturation(e, now) < this.params.spillThreshold) out.push(e);
-    for (const e of groups[joined]) out.push(e);
+    for (const e of groups[joined[joined.length - 1]]) out.push(e);
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
     if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
