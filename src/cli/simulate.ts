@@ -37,6 +37,7 @@ interface Flags {
   jobs: number;
   routers?: string[];
   quick?: boolean;
+  seed?: number;
 }
 
 const list = (v: string): string[] =>
@@ -47,13 +48,15 @@ const list = (v: string): string[] =>
 
 async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
+  if (isAutoscaleFile(file) && f.seed !== undefined)
+    return fail("--seed is not supported for autoscaling scenarios yet: change seed: in the file instead");
   if (isAutoscaleFile(file))
     return simulateAutoscale(file, f).catch((e) =>
       e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
     );
   let sc: Scenario;
   try {
-    sc = loadScenario(file);
+    sc = loadScenario(file, { seed: f.seed });
   } catch (e) {
     if (e instanceof ScenarioError) return fail(e.message);
     throw e;
@@ -67,6 +70,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     res = await simulate(sc, {
       routers: f.routers,
       quick: f.quick,
+      seed: f.seed,
       jobs: f.jobs,
       onRouterStart: (name, i, n) => console.error(`[${i + 1}/${n}] ${name} ...`),
       onRouterDone: (o) => {
@@ -108,6 +112,16 @@ export function registerSimulate(program: Command): Command {
     .option("--json <file>", "write the results JSON here")
     .option("--routers <names>", "run only these routers of the scenario (comma-separated)", list)
     .option("--quick", "scale the workload down to a tenth for a smoke run")
+    .option(
+      "--seed <n>",
+      "replace the scenario's seed (and its workload's): the same traffic shape with other draws",
+      (v: string) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 0)
+          throw new InvalidArgumentError("--seed must be a non-negative integer, e.g. --seed 7");
+        return n;
+      },
+    )
     .option(
       "--jobs <n>",
       "routers simulated at once, one worker thread each (results are identical for any value)",

@@ -30,6 +30,8 @@ export interface SimulateOptions {
   routers?: string[];
   /** Scale the workload down to a tenth (at least 20 requests, 2 per closed-loop user) for a smoke run. */
   quick?: boolean;
+  /** The seed the scenario was loaded with (loadScenario's override), for workers that load it again. */
+  seed?: number;
   onRouterStart?(name: string, index: number, total: number): void;
   onRouterDone?(outcome: RouterOutcome): void;
   /**
