@@ -6,7 +6,7 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { type Command, InvalidArgumentError } from "commander";
+import type { Command } from "commander";
 import { formatBreakdown } from "../bench/breakdown.ts";
 import { isAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
 import {
@@ -21,6 +21,7 @@ import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
+import { nonNegative, positive } from "./flag-values.ts";
 import { simulateAutoscale } from "./simulate-autoscale.ts";
 
 /** An autoscaling scenario (it has an `autoscale` section): run by simulate-autoscale.ts. */
@@ -115,22 +116,12 @@ export function registerSimulate(program: Command): Command {
     .option(
       "--seed <n>",
       "replace the scenario's seed (and its workload's): the same traffic shape with other draws",
-      (v: string) => {
-        const n = Number(v);
-        if (!Number.isInteger(n) || n < 0)
-          throw new InvalidArgumentError("--seed must be a non-negative integer, e.g. --seed 7");
-        return n;
-      },
+      nonNegative,
     )
     .option(
       "--jobs <n>",
       "routers simulated at once, one worker thread each (results are identical for any value)",
-      (v: string) => {
-        const n = Number(v);
-        if (!Number.isInteger(n) || n < 1)
-          throw new InvalidArgumentError("--jobs must be a positive integer");
-        return n;
-      },
+      positive,
       availableParallelism(),
     )
     .action(action);
