@@ -7,6 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import { extractLoraInfo } from "../src/datalayer/lora-info.ts";
 import type { KVEvent } from "../src/kv/events.ts";
 import { resolveReplicaOptions } from "../src/sim/replica-options.ts";
@@ -91,6 +92,60 @@ describe("engine with --enable-lora", () => {
       .flatMap((r) => r.outputs.filter((o) => o.record))
       .map((o) => o.record!);
     assert.equal(hit[0]!.cachedTokens, 48, "the same adapter's prefix is reused");
+  });
+});
+
+describe("engine with --enable-lora, any workload", () => {
+  it("never schedules more than max_loras adapters in a step, and finishes every request", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(
+          fc.record({
+            lora: fc.constantFrom(undefined, "a", "b", "c", "d"),
+            len: fc.integer({ min: 1, max: 300 }),
+            out: fc.integer({ min: 1, max: 20 }),
+            at: fc.integer({ min: 0, max: 5 }),
+          }),
+          { minLength: 1, maxLength: 40 },
+        ),
+        (maxLoras, reqs) => {
+          const e = new Engine(
+            engineConfig({
+              lora: { maxLoras, loadSeconds: 0.01 },
+              maxNumBatchedTokens: 512,
+              numGpuBlocks: 400,
+              maxModelLen: 1024,
+            }),
+          );
+          for (const [i, r] of reqs.entries())
+            e.addRequest(
+              {
+                id: `r${i}`,
+                promptTokenIds: tokens(r.len, r.at * 1000),
+                maxTokens: r.out,
+                ignoreEos: true,
+                ...(r.lora !== undefined && { loraName: r.lora }),
+              },
+              0,
+            );
+          let now = 0;
+          let done = 0;
+          for (let s = 0; e.hasUnfinishedRequests(); s++) {
+            assert.ok(s < 100_000, "finishes");
+            const step = e.step(now);
+            const st = e.loraState()!;
+            assert.ok(st.resident.length <= maxLoras, `resident ${st.resident}`);
+            assert.ok(st.running.length <= maxLoras, `running ${st.running}`);
+            done += step.outputs.filter((o) => o.finishReason !== null).length;
+            now = step.endTime;
+            e.checkInvariants();
+          }
+          assert.equal(done, reqs.length);
+        },
+      ),
+      { numRuns: 60, seed: 17 },
+    );
   });
 });
 

@@ -119,7 +119,10 @@ export class StepScheduler {
     // 2. Waiting requests, only if nothing was preempted.
     if (preempted === 0) {
       const maxLoras = cfg.lora?.maxLoras ?? 0;
-      const loras = maxLoras > 0 ? adaptersOf(schedReq) : null;
+      // vLLM counts the adapters of this step's scheduled running requests; those are all of the
+      // running ones unless the token budget ran out, and then nothing is admitted anyway. Counting
+      // every running request keeps a batch within max_loras in the corner cases too.
+      const loras = maxLoras > 0 ? adaptersOf(this.running) : null;
       const skipped: Req[] = [];
       while (this.waiting.length > 0 && budget > 0 && this.running.length < cfg.maxNumSeqs) {
         const r = this.waiting[0];
