@@ -27,6 +27,7 @@ import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { parseAllDocuments, stringify } from "yaml";
 import { createXxHasher } from "../scheduler/hash.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import {
@@ -58,7 +59,10 @@ const { values: args } = parseArgs({
     warmup: { type: "string", default: "3000" },
     repeat: { type: "string", default: "3" },
     endpoints: { type: "string", default: "8,64,256" },
-    configs: { type: "string", default: "default,llm-d-chart-default,pd,precise-prefix" },
+    configs: {
+      type: "string",
+      default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~home",
+    },
     "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
     pairs: { type: "string", default: "2000" },
     concurrency: { type: "string", default: "1,8" },
@@ -149,14 +153,37 @@ interface DecisionCell {
 
 const TWIN = "~approx";
 
-/** A config's YAML; `<name>~approx` is the approximate twin of a precise config. */
+const HOME = "~home";
+
+/**
+ * A config's YAML; `<name>~approx` is the approximate twin of a precise config, `<name>~home` a
+ * locality-filter config whose thresholds the bench's load never reaches (the usual regime: the
+ * local pool has headroom, so the filter keeps it alone). Plain `locality` spills on every decision:
+ * the bench's random load is far above its spillThreshold of 0.2.
+ */
 function configText(name: string): string {
+  if (name.endsWith(HOME)) return homeTwin(name.slice(0, -HOME.length));
   const base = name.endsWith(TWIN) ? name.slice(0, -TWIN.length) : name;
   const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
   if (base === name) return text;
   const twin = approximateTwin(text);
   if (twin === null) throw new Error(`${name}: ${base} has no precise-prefix-cache-producer to swap`);
   return twin;
+}
+
+function homeTwin(base: string): string {
+  const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
+  const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
+  let found = false;
+  for (const d of docs)
+    for (const p of (d?.plugins as { type: string; parameters?: Record<string, unknown> }[] | undefined) ??
+      [])
+      if (p.type === "locality-filter") {
+        p.parameters = { ...p.parameters, spillThreshold: 1e9, recoverThreshold: 1e9 };
+        found = true;
+      }
+  if (!found) throw new Error(`${base}${HOME}: ${base} has no locality-filter`);
+  return docs.map((d) => stringify(d)).join("---\n");
 }
 
 const isPrecise = (name: string) =>
