@@ -94,6 +94,10 @@ test("an unknown model gets vLLM's 404 naming the served models", async () => {
   assert.equal(e.param, "model");
   assert.match(e.message, /`gamma` does not exist/);
   assert.match(e.message, /alpha, beta, chat/);
+  // Counted by the front door, on its own /metrics.
+  const metrics = await (await fetch(`${main.adminUrl}/metrics`)).text();
+  assert.match(metrics, /kvgate_front_door_rejections_total\{status="404",reason="unknown-model"\} [1-9]/);
+  assert.match(metrics, /kvgate_front_door_requests_total\{pool="pool-a"\} [1-9]/);
 });
 
 test("a 70/30 rewrite splits 1,000 requests within 2% of its weights", { timeout: 120_000 }, async () => {

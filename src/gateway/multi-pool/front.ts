@@ -20,6 +20,7 @@ import { headerValue } from "../headers.ts";
 import { type BoundAddress, listen } from "../listen.ts";
 import { type ParsedRequest, parseRequestBody, readBody, routeOf } from "../request-body.ts";
 import { proxyPreread, servedModelCards } from "../server.ts";
+import { FrontMetrics } from "./front-metrics.ts";
 import { PoolRouter, type RoutedPool } from "./pool-router.ts";
 import { loadPoolsFile, type PoolsFile, type TrustedHeader } from "./pools-file.ts";
 
@@ -58,6 +59,7 @@ export class MultiPoolFront {
   readonly trusted: TrustedHeader | null;
   readonly publicServer: Server;
   readonly adminServer: Server;
+  readonly metrics = new FrontMetrics();
   readonly connections: ConnectionLimit;
   readonly maxBodyBytes: number;
   readonly #rng: () => number;
@@ -163,8 +165,9 @@ export class MultiPoolFront {
     if (this.connections.rejects(req.socket)) {
       req.resume();
       res.setHeader("connection", "close");
-      return sendError(
+      return this.#reject(
         res,
+        "connection-limit",
         new GatewayError(
           503,
           `too many open connections (limit ${this.connections.max}); retry with backoff or raise --max-connections`,
@@ -174,8 +177,9 @@ export class MultiPoolFront {
     if (route && req.method === "POST") {
       if (this.draining) {
         req.resume();
-        return sendError(
+        return this.#reject(
           res,
+          "shutting-down",
           new GatewayError(503, "the gateway is shutting down", { reason: "rejected-shutting-down" }),
         );
       }
@@ -186,10 +190,12 @@ export class MultiPoolFront {
         parsed = parseRequestBody(route, body);
       } catch (err) {
         if (!(err instanceof GatewayError)) throw err;
-        return sendError(res, err);
+        return this.#reject(res, "bad-request", err);
       }
       const chosen = this.choose(parsed, req);
-      if (chosen instanceof GatewayError) return sendError(res, chosen);
+      if (chosen instanceof GatewayError)
+        return this.#reject(res, chosen.status === 404 ? "unknown-model" : "bad-selection", chosen);
+      this.metrics.routed.inc({ pool: chosen.pool.opts.poolName });
       return proxyPreread(chosen.pool, route, req, res, { body, pre: { parsed, rewrite: chosen.rewrite } });
     }
     if (path === "/health" && req.method === "GET") {
@@ -199,14 +205,20 @@ export class MultiPoolFront {
     if (path === "/v1/models" && req.method === "GET") return this.#models(res);
     req.resume();
     const known = route !== null || path === "/v1/models" || path === "/health";
-    sendError(
+    this.#reject(
       res,
+      known ? "method" : "no-route",
       known
         ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}`, {
             headers: { allow: route ? "POST" : "GET" },
           })
         : new GatewayError(404, `No route for ${req.method} ${path}`),
     );
+  }
+
+  #reject(res: ServerResponse, reason: string, err: GatewayError): void {
+    this.metrics.reject(err.status, reason);
+    sendError(res, err);
   }
 
   /** The union over the pools (replica cards, or minimal cards for declared models) plus rewrite sources. */
@@ -237,6 +249,12 @@ export class MultiPoolFront {
 
   #admin(req: IncomingMessage, res: ServerResponse): void {
     const path = (req.url ?? "/").split("?")[0];
+    if (path === "/metrics" && req.method === "GET") {
+      void this.metrics
+        .text()
+        .then((t) => res.writeHead(200, { "content-type": this.metrics.registry.contentType }).end(t));
+      return;
+    }
     if (path === "/pools" && req.method === "GET") {
       const pools = [...this.pools].map(([name, gw]) => ({
         name,
@@ -261,7 +279,7 @@ export class MultiPoolFront {
       res,
       new GatewayError(
         404,
-        `No admin route ${req.method} ${path}; see GET /pools, and /pools/<name>/endpoints, /pools/<name>/metrics, ... for each pool`,
+        `No admin route ${req.method} ${path}; see GET /pools and GET /metrics (the front door's own), and /pools/<name>/endpoints, /pools/<name>/metrics, ... for each pool`,
       ),
     );
   }
