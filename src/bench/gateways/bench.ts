@@ -8,8 +8,8 @@
  * replicas' worst clock lag (kvgate:sim_lag_max_seconds: the 2-core machine could not keep their
  * time scale when it is large), and the CPU seconds the gateway processes used.
  *
- *   npm run bench:gateways -- [--gateways 1,2,4,8] [--replicas 4] [--time-scale 0.5] [--requests 480]
- *     [--rate 32] [--groups 24] [--json results/bench-gateways.json]
+ *   npm run bench:gateways -- [--gateways 1,2,4,8] [--replicas 4] [--profile llama-3.1-8b-h100]
+ *     [--time-scale 0.5] [--requests 480] [--rate 32] [--groups 24] [--json results/bench-gateways.json]
  *
  * All gateways, replicas, the NATS server and the client share the machine's cores: with 8
  * gateways on 2 cores, CPU contention is part of what is measured.
@@ -31,6 +31,7 @@ const { values: a } = parseArgs({
   options: {
     gateways: { type: "string", default: "1,2,4,8" },
     replicas: { type: "string", default: "4" },
+    profile: { type: "string", default: "llama-3.1-8b-h100" },
     "time-scale": { type: "string", default: "0.5" },
     requests: { type: "string", default: "480" },
     rate: { type: "string", default: "32" },
@@ -142,6 +143,8 @@ async function run(n: number, synced: boolean, nats: string, k: number): Promise
           "127.0.0.1",
           "--port",
           "0",
+          "--profile",
+          a.profile,
           "--time-scale",
           String(timeScale),
           "--seed",
@@ -249,6 +252,7 @@ const file = {
   simulated: true,
   machine: `${availableParallelism()} cores`,
   replicas,
+  profile: a.profile,
   time_scale: timeScale,
   workload: spec,
   total_wall_s: (performance.now() - t0) / 1000,
