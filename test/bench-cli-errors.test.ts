@@ -31,6 +31,15 @@ describe("bench errors and exit codes", () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  test("a mix without streams is told to give them in a workload file", async () => {
+    const r = await bench(["--target", `http://127.0.0.1:${replica.port}`, "--workload", "mix"]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(
+      r.stderr,
+      /mix options\.streams: a mix is a list of streams, which a workload file gives \(kvgate bench --workload-file/,
+    );
+  });
+
   test("a target without a scheme is told to add http://, not to pass a model name", async () => {
     const host = `localhost:${replica.port}`;
     const r = await bench(["--target", host, "--preset", "smoke"]);

@@ -111,4 +111,61 @@ describe("fleet simulator: regions", () => {
       /fleet pool 0 has no topology.kubernetes.io\/region label/,
     );
   });
+
+  it("P/D across regions: a KV transfer between a decoder and a prefiller in different regions crosses their link", async () => {
+    const pd = (local: boolean) => {
+      const loc = local
+        ? `{ type: locality-filter, parameters: { labels: [${R}], spillThreshold: 100, recoverThreshold: 100 } },`
+        : "";
+      const ref = local ? "{ pluginRef: locality-filter }," : "";
+      return `{ plugins: [ ${loc} { type: queue-scorer }, { type: prefill-filter }, { type: decode-filter }, { type: max-score-picker },
+        { type: disagg-profile-handler, parameters: { deciders: { prefill: always-disagg-pd-decider } } }, { type: always-disagg-pd-decider } ],
+        schedulingProfiles: [
+          { name: prefill, plugins: [ { pluginRef: prefill-filter }, ${ref} { pluginRef: queue-scorer }, { pluginRef: max-score-picker } ] },
+          { name: decode, plugins: [ { pluginRef: decode-filter }, ${ref} { pluginRef: queue-scorer }, { pluginRef: max-score-picker } ] } ] }`.replace(
+        /\s*\n\s*/g,
+        " ",
+      );
+    };
+    const sc = parseScenario(
+      `
+name: test-locality-pd
+seed: 3
+fleet:
+  kvTokens: 40000
+  maxModelLen: 8192
+  pools:
+    - { role: prefill, replicas: 1, profile: llama-3.1-8b-h100, labels: { ${R}: east } }
+    - { role: decode, replicas: 1, profile: llama-3.1-8b-h100, labels: { ${R}: east } }
+    - { role: prefill, replicas: 1, profile: llama-3.1-8b-h100, labels: { ${R}: west } }
+    - { role: decode, replicas: 1, profile: llama-3.1-8b-h100, labels: { ${R}: west } }
+routers:
+  - { name: global, config: ${pd(false)} }
+  - { name: local, config: ${pd(true)} }
+workload:
+  workload: random
+  numRequests: 30
+  options: { inputLen: { mean: 2000, std: 0, min: 2000, max: 2000 }, outputLen: { mean: 10, std: 0, min: 10, max: 10 }, api: completion }
+  arrival: { type: poisson, rate: 4 }
+locality:
+  rttMs: { east/west: 20 }
+  bandwidthGbps: { east/west: 1 }
+  origins:
+    - { region: east }
+    - { region: west, numRequests: 30 }
+`,
+      FILE,
+    );
+    const res = await simulate(sc);
+    const pdOf = (k: number) =>
+      (
+        res.runs[k].simulation as unknown as {
+          pd: { transfers: number; cross_region_transfers: number; transfer_p50_s: number };
+        }
+      ).pd;
+    const [global, local] = [pdOf(0), pdOf(1)];
+    assert.ok(global.cross_region_transfers > 0 && global.cross_region_transfers < global.transfers);
+    assert.equal(local.cross_region_transfers, 0);
+    assert.equal(local.transfers, 60);
+  });
 });

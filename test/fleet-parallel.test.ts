@@ -26,3 +26,18 @@ test("an unknown router in a worker is an error, not a hang", async () => {
   const broken = { ...sc, routers: [...sc.routers.slice(0, 1), { ...sc.routers[0], name: "nope" }] };
   await assert.rejects(simulate(broken, { quick: true, jobs: 2 }), /unknown router "nope"/);
 });
+
+test("a seed override reaches the workers: other draws, and the same ones in a thread or a worker", async () => {
+  const file = fileURLToPath(new URL("../scenarios/no-sharing-overload.yaml", import.meta.url));
+  const routers = ["round-robin"];
+  const base = loadScenario(file);
+  const sc = loadScenario(file, { seed: 7 });
+  assert.equal(sc.seed, 7);
+  const seq = await simulate(sc, { quick: true, routers, jobs: 1 });
+  const par = await simulate(sc, { quick: true, routers, jobs: 2, seed: 7 });
+  assert.deepEqual(stripWallClock(par), stripWallClock(seq));
+  const orig = await simulate(base, { quick: true, routers, jobs: 1 });
+  assert.equal(seq.runs[0].seed, 7);
+  assert.equal(seq.runs[0].workload.seed, 7);
+  assert.notEqual(seq.runs[0].ttft_p90_s, orig.runs[0].ttft_p90_s, "other prompts, other latencies");
+});

@@ -188,7 +188,7 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
   it("unknown plugin type", () =>
     rejects(`${P}- type: quee-scorer\n`, '"quee-scorer"', "unknown plugin type"));
   it("known but unimplemented type", () =>
-    rejects(`${P}- type: lora-affinity-scorer\n`, "lora-affinity-scorer", "not implemented"));
+    rejects(`${P}- type: context-length-aware\n`, "context-length-aware", "not implemented"));
   it("unknown parameter", () =>
     rejects(
       `${P}- type: queue-scorer\n  name: q\n  parameters: { threshold: 3 }\n`,

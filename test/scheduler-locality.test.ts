@@ -125,12 +125,23 @@ describe("locality-filter", () => {
           );
           // Nothing to spill to (every endpoint local) or no local endpoint: the nearest group serves whole.
           if (local.length === 0 || local.length === eps.length) return;
-          const mean = local.reduce((x, l) => x + l.sat, 0) / local.length;
-          if (mean < 1)
-            assert.deepEqual(out, local.map((l) => l.id).sort(), "an unsaturated origin stays local");
-          else
+          const mean = (r: string) => {
+            const sats = specs.filter((s) => s.region === r).map((s) => s.q / 5);
+            return sats.length === 0 ? Number.NaN : sats.reduce((x, y) => x + y, 0) / sats.length;
+          };
+          const localIds = local.map((l) => l.id).sort();
+          // Other regions with endpoints and headroom (not saturated): the only places worth spilling to.
+          const roomy = regions.filter((r) => r !== origin && mean(r) < 1);
+          if (mean(origin) < 1) assert.deepEqual(out, localIds, "an unsaturated origin stays local");
+          else if (roomy.length === 0) assert.deepEqual(out, localIds, "nowhere with headroom: stay home");
+          else {
             for (const l of local)
               assert.equal(out.includes(l.id), l.sat < 1, `${l.id} at saturation ${l.sat}`);
+            for (const id of out) {
+              const r = specs[Number(id.slice(1, -2))].region;
+              assert.ok(r === origin || roomy.includes(r), `${id} in ${r}, which is saturated`);
+            }
+          }
         },
       ),
       { seed: 17, numRuns: 300 },
@@ -165,5 +176,44 @@ schedulingProfiles:
       /recoverThreshold must not exceed spillThreshold/,
     );
     assert.equal(localityFilterSpec.kvgateOnly, true);
+  });
+
+  it("passes over a region as saturated as its own: two busy regions do not trade their traffic", () => {
+    const f = new LocalityFilter("f", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      rttMs: { "us-east/us-west": 30, "us-east/eu": 80 },
+    });
+    const busy = [at("e:1", "us-east", "z", 6), at("w:1", "us-west", "z", 6), at("c:1", "eu", "z", 0)];
+    // west, the nearest, is as saturated as east: the next region with headroom (eu) joins instead.
+    assert.deepEqual(run(f, busy), ["c:1"]);
+    const g = new LocalityFilter("g", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    const allBusy = [at("e:1", "us-east", "z", 6), at("w:1", "us-west", "z", 7)];
+    assert.deepEqual(run(g, allBusy), ["e:1"]);
+    assert.equal(g.spilling({ [REGION_LABEL]: "us-east" }), 0);
+  });
+
+  it("re-measures at most every remeasureMs on an unchanged pool, and at once when the pool changes", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];
+    const at_ = (now: number) => ids(f.filter(cycleFor(completion("r", "hi"), eps, now), eps));
+    assert.deepEqual(at_(0), ["a:1"]);
+    // a scrape saturates a: within 50 ms the last measurement stands, after it west joins.
+    (eps[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9;
+    assert.deepEqual(at_(0.03), ["a:1"]);
+    assert.deepEqual(at_(0.06), ["c:1"]);
+    // A different endpoint list is regrouped and re-measured at once.
+    const more = [...eps, at("b:1", "us-east", "z")];
+    assert.deepEqual(ids(f.filter(cycleFor(completion("r", "hi"), more, 0.07), more)), ["b:1", "c:1"]);
+    // remeasureMs 0: every request.
+    const g = new LocalityFilter("g", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      remeasureMs: 0,
+    });
+    const e2 = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];
+    assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), e2, 1), e2)), ["a:1"]);
+    (e2[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9;
+    assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), e2, 1), e2)), ["c:1"]);
   });
 });

@@ -7,6 +7,9 @@
  * how noisy the machine is (its p99/p50 is the floor any p99 here is measured against).
  * Writes JSON (default results/bench-picker.json) and prints tables.
  *
+ * Multi-pool step (`kvgate serve --pools`): InferenceModelRewrite + model → pool, timed alone
+ * (picker-multi-pool.ts), its p99 beside the default config's decision p99 at the largest size.
+ *
  * Cold cells (--cold-configs, at the largest size) time requests whose prompts no endpoint has seen:
  * the path where nothing matches and every candidate is scored.
  *
@@ -24,6 +27,7 @@ import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { parseAllDocuments, stringify } from "yaml";
 import { createXxHasher } from "../scheduler/hash.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import {
@@ -38,12 +42,15 @@ import {
   WORKLOAD_DEFAULTS,
 } from "./picker-decision.ts";
 import { type GatewayBenchResult, runGatewayBench } from "./picker-gateway.ts";
+import { type MultiPoolStepResult, runMultiPoolStep } from "./picker-multi-pool.ts";
 import { approximateTwin, KvEventFeed, preciseIndexes, TokenizedWorkload } from "./picker-precise.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 /** Targets from the issue: p99 decision at 256 endpoints, p50 added gateway latency. */
 const TARGET_DECISION_P99_US = 50;
 const TARGET_ADDED_P50_US = 1000;
+/** Target from issue 17: the multi-pool step's p99 within 10% of today's decision p99. */
+const TARGET_MULTI_POOL_SHARE = 0.1;
 
 const { values: args } = parseArgs({
   options: {
@@ -52,7 +59,10 @@ const { values: args } = parseArgs({
     warmup: { type: "string", default: "3000" },
     repeat: { type: "string", default: "3" },
     endpoints: { type: "string", default: "8,64,256" },
-    configs: { type: "string", default: "default,llm-d-chart-default,pd,precise-prefix" },
+    configs: {
+      type: "string",
+      default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~home",
+    },
     "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
     pairs: { type: "string", default: "2000" },
     concurrency: { type: "string", default: "1,8" },
@@ -143,14 +153,37 @@ interface DecisionCell {
 
 const TWIN = "~approx";
 
-/** A config's YAML; `<name>~approx` is the approximate twin of a precise config. */
+const HOME = "~home";
+
+/**
+ * A config's YAML; `<name>~approx` is the approximate twin of a precise config, `<name>~home` a
+ * locality-filter config whose thresholds the bench's load never reaches (the usual regime: the
+ * local pool has headroom, so the filter keeps it alone). Plain `locality` spills on every decision:
+ * the bench's random load is far above its spillThreshold of 0.2.
+ */
 function configText(name: string): string {
+  if (name.endsWith(HOME)) return homeTwin(name.slice(0, -HOME.length));
   const base = name.endsWith(TWIN) ? name.slice(0, -TWIN.length) : name;
   const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
   if (base === name) return text;
   const twin = approximateTwin(text);
   if (twin === null) throw new Error(`${name}: ${base} has no precise-prefix-cache-producer to swap`);
   return twin;
+}
+
+function homeTwin(base: string): string {
+  const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
+  const docs = parseAllDocuments(text).map((d) => d.toJS() as Record<string, unknown>);
+  let found = false;
+  for (const d of docs)
+    for (const p of (d?.plugins as { type: string; parameters?: Record<string, unknown> }[] | undefined) ??
+      [])
+      if (p.type === "locality-filter") {
+        p.parameters = { ...p.parameters, spillThreshold: 1e9, recoverThreshold: 1e9 };
+        found = true;
+      }
+  if (!found) throw new Error(`${base}${HOME}: ${base} has no locality-filter`);
+  return docs.map((d) => stringify(d)).join("---\n");
 }
 
 const isPrecise = (name: string) =>
@@ -348,6 +381,7 @@ async function main(): Promise<void> {
   }
   const cal = withDecision ? medianPercentiles(calibration) : null;
   if (cal !== null) printDecisions(cells, cal);
+  const multiPool = withDecision ? multiPoolStep(cells) : null;
 
   let gateway: GatewayBenchResult | null = null;
   let gatewayError: string | null = null;
@@ -425,11 +459,43 @@ async function main(): Promise<void> {
       reps: c.reps,
     })),
     gateway: gateway ?? (gatewayError !== null ? { error: gatewayError } : null),
+    multiPool,
   };
   const path = resolve(args.json ?? "results/bench-picker.json");
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(path, `${JSON.stringify(out, null, 2)}\n`);
   console.log(`\nwrote ${path}`);
+}
+
+/**
+ * `kvgate serve --pools`' step before the pool's decision (rewrite + model → pool), beside today's
+ * decision p99 of the default config at the largest size; target: its p99 ≤ 10% of that.
+ */
+function multiPoolStep(
+  cells: DecisionCell[],
+): (MultiPoolStepResult & { referenceP99Us: number | null }) | null {
+  const big = sizes[sizes.length - 1];
+  const ref =
+    cells.find((c) => !c.cold && c.endpoints === big && c.config === "default") ??
+    cells.find((c) => !c.cold && c.endpoints === big);
+  const r = runMultiPoolStep(calls * reps, big);
+  const refP99 = ref?.schedule.p99 ?? null;
+  console.log(`\nMulti-pool step (rewrite + model → pool, pool-router.ts), µs over ${calls * reps} calls`);
+  for (const [name, p, perRequest] of [
+    ["declared models", r.declared, true],
+    [`learned (${big} replicas)`, r.learned, true],
+    ["learned, first lookup", r.learnedScan, false],
+  ] as const)
+    console.log(
+      `${name.padEnd(27)} p50 ${pad(f1(p.p50), 6)} p99 ${pad(f1(p.p99), 6)} max ${pad(f1(p.max), 7)}` +
+        (refP99 === null || ref === undefined
+          ? ""
+          : ` | ${((100 * p.p99) / refP99).toFixed(1)}% of ${ref.config}@${big} decision p99 ${f1(refP99)} µs` +
+            (perRequest
+              ? ` → ${p.p99 <= TARGET_MULTI_POOL_SHARE * refP99 ? "PASS" : "FAIL"} (target ≤ ${100 * TARGET_MULTI_POOL_SHARE}%)`
+              : " (once per model and second, not per request)")),
+    );
+  return { ...r, referenceP99Us: refP99 };
 }
 
 main().catch((err) => {

@@ -22,6 +22,7 @@ interface Flags extends SyncFlags {
   adminPort: number;
   endpoints?: string;
   endpointsFile?: string;
+  pools?: string;
   config?: string;
   modelObjectives?: string;
   scrapeIntervalMs: number;
@@ -76,6 +77,10 @@ export function registerServe(program: Command): Command {
         .option(
           "--endpoints-file <path>",
           "YAML list of {address, labels?, kvEvents?, kvEventsReplay?}; re-read when it changes",
+        )
+        .option(
+          "--pools <path>",
+          "several pools behind this front door: YAML {pools: [{name, endpoints|endpointsFile, config?, models?}], rewrites?, trustedHeader?} (instead of --endpoints/--endpoints-file/--config)",
         )
         .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
         .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")
@@ -161,6 +166,7 @@ export function registerServe(program: Command): Command {
         ),
     ),
   ).action(async (flags: Flags, cmd: Command) => {
+    if (flags.pools !== undefined) return serveMultiPool(flags, cmd);
     if ((flags.endpoints === undefined) === (flags.endpointsFile === undefined))
       cmd.error("error: give exactly one of --endpoints or --endpoints-file", { exitCode: 2 });
     const { startGateway } = await import("../gateway/gateway.ts");
@@ -254,4 +260,84 @@ export function registerServe(program: Command): Command {
       `kvgate serve: listening on ${where(gw.bound)}, admin ${where(gw.adminBound)}, ${n} endpoint(s), config ${flags.config ?? "built-in"}${mode}${pd}`,
     );
   });
+}
+
+/** `kvgate serve --pools`: the multi-pool front door (gateway/multi-pool/front.ts). */
+async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
+  if (flags.endpoints !== undefined || flags.endpointsFile !== undefined || flags.config !== undefined)
+    cmd.error(
+      "error: --pools names each pool's endpoints and config; drop --endpoints, --endpoints-file and --config",
+      { exitCode: 2 },
+    );
+  const { startMultiPool } = await import("../gateway/multi-pool/front.ts");
+  const { PoolsFileError } = await import("../gateway/multi-pool/pools-file.ts");
+  const { EndpointConfigError } = await import("../datalayer/endpoints.ts");
+  const { ConfigError } = await import("../scheduler/errors.ts");
+  let h: Awaited<ReturnType<typeof startMultiPool>>;
+  try {
+    h = await startMultiPool({
+      poolsFile: flags.pools,
+      host: flags.host,
+      port: flags.port,
+      adminHost: flags.adminHost,
+      adminPort: flags.adminPort,
+      modelObjectivesFile: flags.modelObjectives,
+      scrapeIntervalMs: flags.scrapeIntervalMs,
+      scrapeTimeoutMs: flags.scrapeTimeoutMs,
+      maxBodyBytes: flags.maxBodyBytes,
+      maxConcurrentRequests: flags.maxConcurrentRequests,
+      maxConnections: flags.maxConnections,
+      maxAttempts: flags.maxAttempts,
+      drainTimeoutMs: flags.drainTimeoutMs,
+      headersTimeoutMs: flags.headersTimeoutMs,
+      requestTimeoutMs: flags.requestTimeoutMs,
+      upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
+      upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
+      failureThreshold: flags.failureThreshold,
+      tokenizer: flags.tokenizer,
+      tokenizerCacheBytes: flags.tokenizerCacheBytes,
+      tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
+      servedEndpointHeader: flags.servedEndpointHeader,
+      pdLegs: flags.pdLegs,
+      prefillFailurePolicy: flags.prefillFailurePolicy,
+      prefillMaxRetries: flags.prefillMaxRetries,
+      prefillRetryBackoffMs: flags.prefillRetryBackoff,
+      prefillTimeoutMs: flags.prefillTimeout,
+      migrateStreams: flags.migrateStreams,
+      migrationLimit: flags.migrationLimit,
+    });
+  } catch (err) {
+    const e = err as Error;
+    if (
+      err instanceof PoolsFileError ||
+      err instanceof EndpointConfigError ||
+      err instanceof ConfigError ||
+      /^pool .*: (--|give )/.test(e.message)
+    )
+      cmd.error(`error: ${e.message}`, { exitCode: 2 });
+    console.error(`kvgate serve: cannot start: ${e.message}`);
+    process.exit(1);
+  }
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`kvgate serve: ${signal}, draining`);
+    setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000).unref();
+    h.close().then(
+      () => process.exit(0),
+      () => process.exit(0),
+    );
+  };
+  process.once("SIGTERM", () => stop("SIGTERM"));
+  process.once("SIGINT", () => stop("SIGINT"));
+  const pools = [...h.front.pools].map(([name, gw]) => `${name} (${gw.data.store.size} endpoint(s))`);
+  const t = h.front.trusted;
+  console.log(
+    `kvgate serve: listening on ${where(h.bound)}, admin ${where(h.adminBound)}, pools ${pools.join(", ")}${
+      t
+        ? `, trusting header ${t.name} (selects the ${t.selects}) from ${t.sourcesText?.join(", ") ?? "any source"}`
+        : ""
+    }`,
+  );
 }

@@ -46,6 +46,11 @@ interface Flags {
   kvTransferOverhead?: number;
   kvTransferHandshake?: number;
   dataParallelRank?: number;
+  enableLora?: boolean;
+  maxLoras?: number;
+  maxLoraRank?: number;
+  loraModules?: string[];
+  loraLoadTime?: number;
   seed?: number;
   hashSeed?: string;
   timeScale?: number;
@@ -163,6 +168,18 @@ export function registerSimReplica(program: Command): Command {
       "DP rank: engine label, event batches and endpoint port offset",
       integer,
     )
+    .option("--enable-lora", "serve LoRA adapters (requests pick one by `model`)")
+    .option("--max-loras <n>", "distinct adapters in one batch, and GPU adapter slots (default 1)", integer)
+    .option("--max-lora-rank <n>", "largest adapter rank (default 16; accepted, not modelled)", integer)
+    .option(
+      "--lora-modules <specs...>",
+      'adapters as name=path or \'{"name":…,"path":…,"base_model_name":…}\'',
+    )
+    .option(
+      "--lora-load-time <ms>",
+      "modelled time to bring an adapter into a GPU slot (default 25 ms)",
+      number,
+    )
     .option("--seed <n>", "seed of the output-token generator and fault randomness", integer, 0)
     .option("--hash-seed <seed>", "PYTHONHASHSEED for block hashes (default: $PYTHONHASHSEED, else 0)")
     .option("--time-scale <n>", "simulated seconds per wall second (100 = 100x faster than real)", number, 1)
@@ -227,6 +244,13 @@ export function registerSimReplica(program: Command): Command {
         ...(flags.kvTransferHandshake !== undefined && { handshake: flags.kvTransferHandshake }),
       },
       dataParallelRank: flags.dataParallelRank,
+      lora: {
+        enableLora: flags.enableLora === true,
+        ...(flags.maxLoras !== undefined && { maxLoras: flags.maxLoras }),
+        ...(flags.maxLoraRank !== undefined && { maxLoraRank: flags.maxLoraRank }),
+        ...(flags.loraModules !== undefined && { loraModules: flags.loraModules }),
+        ...(flags.loraLoadTime !== undefined && { loadTimeMs: flags.loraLoadTime }),
+      },
       seed: flags.seed,
       hashSeed: flags.hashSeed,
       timeScale: flags.timeScale,

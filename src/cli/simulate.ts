@@ -6,7 +6,7 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { type Command, InvalidArgumentError } from "commander";
+import type { Command } from "commander";
 import { formatBreakdown } from "../bench/breakdown.ts";
 import { isAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
 import {
@@ -21,6 +21,7 @@ import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
+import { nonNegative, positive } from "./flag-values.ts";
 import { simulateAutoscale } from "./simulate-autoscale.ts";
 
 /** An autoscaling scenario (it has an `autoscale` section): run by simulate-autoscale.ts. */
@@ -37,6 +38,7 @@ interface Flags {
   jobs: number;
   routers?: string[];
   quick?: boolean;
+  seed?: number;
 }
 
 const list = (v: string): string[] =>
@@ -47,13 +49,15 @@ const list = (v: string): string[] =>
 
 async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
+  if (isAutoscaleFile(file) && f.seed !== undefined)
+    return fail("--seed is not supported for autoscaling scenarios yet: change seed: in the file instead");
   if (isAutoscaleFile(file))
     return simulateAutoscale(file, f).catch((e) =>
       e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
     );
   let sc: Scenario;
   try {
-    sc = loadScenario(file);
+    sc = loadScenario(file, { seed: f.seed });
   } catch (e) {
     if (e instanceof ScenarioError) return fail(e.message);
     throw e;
@@ -67,6 +71,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     res = await simulate(sc, {
       routers: f.routers,
       quick: f.quick,
+      seed: f.seed,
       jobs: f.jobs,
       onRouterStart: (name, i, n) => console.error(`[${i + 1}/${n}] ${name} ...`),
       onRouterDone: (o) => {
@@ -109,14 +114,14 @@ export function registerSimulate(program: Command): Command {
     .option("--routers <names>", "run only these routers of the scenario (comma-separated)", list)
     .option("--quick", "scale the workload down to a tenth for a smoke run")
     .option(
+      "--seed <n>",
+      "replace the scenario's seed (and its workload's): the same traffic shape with other draws",
+      nonNegative,
+    )
+    .option(
       "--jobs <n>",
       "routers simulated at once, one worker thread each (results are identical for any value)",
-      (v: string) => {
-        const n = Number(v);
-        if (!Number.isInteger(n) || n < 1)
-          throw new InvalidArgumentError("--jobs must be a positive integer");
-        return n;
-      },
+      positive,
       availableParallelism(),
     )
     .action(action);

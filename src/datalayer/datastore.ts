@@ -154,6 +154,13 @@ export class Datastore {
       ...(m.cacheBlockSize !== undefined ? { cacheBlockSize: m.cacheBlockSize } : {}),
       ...(m.cacheNumBlocks !== undefined ? { cacheNumBlocks: m.cacheNumBlocks } : {}),
       ...(m.cacheNumCpuBlocks !== undefined ? { cacheNumCpuBlocks: m.cacheNumCpuBlocks } : {}),
+      ...(m.lora !== undefined
+        ? {
+            activeModels: m.lora.running,
+            waitingModels: m.lora.waiting,
+            maxActiveModels: m.lora.maxLora,
+          }
+        : {}),
       updateTime: now,
     };
     rec.engine = m.engine;

@@ -7,6 +7,7 @@
  * Series of several data-parallel engines (`engine` label) are summed; KV usage, a fraction, is
  * averaged over them instead.
  */
+import { extractLoraInfo, type LoraInfo } from "./lora-info.ts";
 import { type PromFamilies, samplesOf } from "./prom-text.ts";
 
 export type EngineKind = "vllm" | "sglang";
@@ -25,6 +26,8 @@ export interface ExtractedMetrics {
   modelNames: string[];
   /** vLLM's cumulative token counters, when exported (for the dashboard's rates; not routed on). */
   counters?: EngineCounters;
+  /** vllm:lora_requests_info's latest series (lora-info.ts), when the replica runs with --enable-lora. */
+  lora?: LoraInfo;
 }
 
 /** Cumulative counters of a vLLM replica, summed over engines (vLLM v0.26.0 `vllm/v1/metrics/loggers.py`). */
@@ -162,6 +165,8 @@ export function extractMetrics(families: PromFamilies): ExtractedMetrics {
   if (kind === "vllm") {
     const c = counters(families);
     if (c) out.counters = c;
+    const lora = extractLoraInfo(families);
+    if (lora) out.lora = lora;
   }
   return out;
 }

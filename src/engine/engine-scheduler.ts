@@ -20,6 +20,7 @@ import {
   removeFrom,
 } from "./engine-state.ts";
 import type { KVCacheManager } from "./kv-cache-manager.ts";
+import { adaptersOf } from "./lora-slots.ts";
 import type { EngineConfig, RemoteKvNeed } from "./types.ts";
 
 /** A running request's prefix hits (never mutated). */
@@ -117,8 +118,22 @@ export class StepScheduler {
 
     // 2. Waiting requests, only if nothing was preempted.
     if (preempted === 0) {
+      const maxLoras = cfg.lora?.maxLoras ?? 0;
+      // vLLM counts the adapters of this step's scheduled running requests; those are all of the
+      // running ones unless the token budget ran out, and then nothing is admitted anyway. Counting
+      // every running request keeps a batch within max_loras in the corner cases too.
+      const loras = maxLoras > 0 ? adaptersOf(this.running) : null;
+      const skipped: Req[] = [];
       while (this.waiting.length > 0 && budget > 0 && this.running.length < cfg.maxNumSeqs) {
         const r = this.waiting[0];
+        const lora = r.input.loraName;
+        if (loras !== null && lora) {
+          if (loras.length >= maxLoras && !loras.includes(lora)) {
+            // vLLM: "Scheduling would exceed max_loras, skip" — it waits, keeping its place.
+            skipped.push(this.waiting.shift() as Req);
+            continue;
+          }
+        }
         let hitBlocks: readonly number[] = NO_HITS;
         if (r.numComputed === 0 && cfg.enablePrefixCaching) hitBlocks = this.kv.longestCacheHit(r);
         // A loaded P/D consumer request comes back with its transferred tokens computed.
@@ -143,6 +158,7 @@ export class StepScheduler {
         if (!this.kv.allocateSlots(r, n, hitBlocks)) break;
         this.waiting.shift();
         this.running.push(r);
+        if (loras !== null && lora && !loras.includes(lora)) loras.push(lora);
         r.numComputed = computed;
         if (!r.admittedOnce) {
           // vLLM records prefix-cache stats for first admissions; resumed preemptions are counted apart.
@@ -157,6 +173,7 @@ export class StepScheduler {
         schedN.push(n);
         budget -= n;
       }
+      if (skipped.length > 0) this.waiting.unshift(...skipped);
     }
     return preempted;
   }

@@ -30,6 +30,7 @@ import {
 import type { PromptHashMemo } from "./fast-block-hash.ts";
 import { type BlockHashAlgo, KVCacheManager } from "./kv-cache-manager.ts";
 import type { KvLeases } from "./kv-lease.ts";
+import { adaptersOf, LoraSlots, type LoraState } from "./lora-slots.ts";
 import { sampleToken } from "./output-tokens.ts";
 import { type BatchShape, kvBytesPerToken, stepTime } from "./profile.ts";
 import type { SharedStorage } from "./storage-tier.ts";
@@ -80,6 +81,8 @@ export class Engine {
   private readonly pd: PdKv;
   /** The CPU offload tier (cpu-tier.ts), or null: then the step pays one null check for it. */
   readonly cpuTier: CpuTier | null;
+  /** GPU adapter slots under --enable-lora (lora-slots.ts), or null. */
+  private readonly lora: LoraSlots | null;
 
   constructor(config: EngineConfig, options: EngineOptions = {}) {
     const bad = (what: string): never => {
@@ -118,6 +121,7 @@ export class Engine {
             options.keepOffloadTransfers === true,
             options.sharedStorage ?? null,
           );
+    this.lora = config.lora === undefined ? null : new LoraSlots(config.lora);
     this.kv = new KVCacheManager(config, options.blockHashAlgo ?? "sha256_cbor", options.promptHashMemo);
     this.sched = new StepScheduler(config, this.kv, this.counters, this.cpuTier);
     this.pd = new PdKv(
@@ -278,7 +282,9 @@ export class Engine {
         numPrefill += n;
       }
     }
-    const end = now + Math.max(MIN_STEP_SECONDS, stepTime(cfg.profile, shape).total);
+    // A batch that needs an adapter outside the GPU slots waits for its load.
+    const loraLoad = this.lora === null ? 0 : this.lora.activate(adaptersOf(schedReq));
+    const end = now + Math.max(MIN_STEP_SECONDS, stepTime(cfg.profile, shape).total) + loraLoad;
     this.counters.numSteps++;
 
     // 4. Advance computed tokens; requests whose every token is computed sample one more.
@@ -370,6 +376,19 @@ export class Engine {
     return r === undefined
       ? null
       : { ...r.record, tokenTimes: tokenTimes(r), outputTokenIds: outputTokenIds(r) };
+  }
+
+  /** The adapters in use, waiting and resident (vllm:lora_requests_info); null without --enable-lora. */
+  loraState(): LoraState | null {
+    const l = this.lora;
+    if (l === null) return null;
+    return {
+      maxLoras: l.config.maxLoras,
+      running: adaptersOf(this.sched.running),
+      waiting: adaptersOf(this.sched.waiting),
+      resident: l.resident(),
+      loads: l.loads,
+    };
   }
 
   stats(): EngineStats {

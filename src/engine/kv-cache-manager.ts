@@ -149,7 +149,7 @@ export class KVCacheManager {
       parentBlockHash: from === 0 ? null : h.value(from - 1),
       tokenIds: tokenIds(r.tokens, from * bs, numFull * bs),
       blockSize: bs,
-      loraId: null,
+      loraId: r.input.loraId ?? null,
       medium: "GPU",
       loraName: r.input.loraName ?? null,
       extraKeys: extra,

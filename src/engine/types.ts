@@ -4,6 +4,7 @@
  */
 import type { KVEventBatch } from "../kv/events.ts";
 import type { OffloadCounters, OffloadLoad } from "./cpu-tier.ts";
+import type { LoraConfig } from "./lora-slots.ts";
 import type { Profile } from "./profile.ts";
 
 export interface EngineConfig {
@@ -46,6 +47,11 @@ export interface EngineConfig {
   kvLeaseDuration?: number;
   /** CPU offload tier (vLLM --kv-offloading-size with the native OffloadingConnector); absent = none. */
   kvOffload?: OffloadConfig;
+  /**
+   * vLLM --enable-lora (lora-slots.ts): at most maxLoras adapters per batch, loads timed. Absent:
+   * requests' loraName still salts their block hashes, but adapters are not limited or timed.
+   */
+  lora?: LoraConfig;
 }
 
 /** The CPU tier of vLLM's native OffloadingConnector (see cpu-tier.ts). */
@@ -76,7 +82,10 @@ export interface EngineRequest {
   ignoreEos: boolean;
   /** vLLM cache_salt: mixed into the first block's hash. */
   cacheSalt?: string;
+  /** The LoRA adapter the request runs with (vLLM lora_request.lora_name); mixed into every block hash. */
   loraName?: string;
+  /** Its vLLM lora_int_id (adapter_id), reported as lora_id in KV events. */
+  loraId?: number;
   /** Lower runs earlier under priority scheduling; FCFS ignores it. */
   priority?: number;
   /** Per-request sampling seed; derived from the engine seed and id when absent. */

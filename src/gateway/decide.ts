@@ -43,6 +43,11 @@ export interface DecideOptions {
   bodyBytes?: number;
   /** Aborted when the client goes away: a request queued by flow control leaves the queue at once. */
   signal?: AbortSignal;
+  /**
+   * The body already decoded (the multi-pool front door decodes it once to choose the pool) and the
+   * rewrite it already resolved; `rewrites` is then not consulted.
+   */
+  pre?: { parsed: ParsedRequest; rewrite: RewriteDecision | null };
 }
 
 export interface Prepared {
@@ -70,12 +75,14 @@ export function prepare(
   headers: IncomingHttpHeaders,
   opts: DecideOptions = {},
 ): Prepared {
-  const parsed = parseRequestBody(route, body);
+  const parsed = opts.pre?.parsed ?? parseRequestBody(route, body);
   const routing = gw.routing;
   const now = monotonicSeconds();
-  const rewrite = opts.rewrites?.length
-    ? resolveModelRewrite(opts.rewrites, parsed.model, opts.rng ?? (() => fallbackRng.next()))
-    : null;
+  const rewrite = opts.pre
+    ? opts.pre.rewrite
+    : opts.rewrites?.length
+      ? resolveModelRewrite(opts.rewrites, parsed.model, opts.rng ?? (() => fallbackRng.next()))
+      : null;
   const model = rewrite?.target ?? parsed.model;
   const c = gw.data.store.candidates(model, now);
   if (!c.ok) {

@@ -47,19 +47,28 @@ export function pickTarget(rule: ModelRewriteRule, rng: () => number): string {
   return ts[ts.length - 1].model;
 }
 
+/** The resource and rule that apply to `model` by the precedence above, or null. */
+export function findRewriteRule(
+  rewrites: readonly ModelRewrite[],
+  model: string,
+): { rewrite: ModelRewrite; rule: ModelRewriteRule } | null {
+  if (rewrites.length === 0) return null;
+  const ordered = [...rewrites].sort(byAge);
+  for (const generic of [false, true]) {
+    for (const rw of ordered) {
+      const rule = firstRule(rw, (r) => (generic ? r.matches.length === 0 : r.matches.includes(model)));
+      if (rule) return { rewrite: rw, rule };
+    }
+  }
+  return null;
+}
+
 /** The rewrite that applies to `model`, or null when no rule matches it. */
 export function resolveModelRewrite(
   rewrites: readonly ModelRewrite[],
   model: string,
   rng: () => number,
 ): RewriteDecision | null {
-  if (rewrites.length === 0) return null;
-  const ordered = [...rewrites].sort(byAge);
-  for (const generic of [false, true]) {
-    for (const rw of ordered) {
-      const rule = firstRule(rw, (r) => (generic ? r.matches.length === 0 : r.matches.includes(model)));
-      if (rule) return { rewriteName: rw.name, model, target: pickTarget(rule, rng) };
-    }
-  }
-  return null;
+  const found = findRewriteRule(rewrites, model);
+  return found ? { rewriteName: found.rewrite.name, model, target: pickTarget(found.rule, rng) } : null;
 }

@@ -14,7 +14,7 @@ import { randomUUID } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { promptTokensOf } from "./autoscale.ts";
-import { decide, splitId } from "./decide.ts";
+import { type DecideOptions, decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
@@ -83,11 +83,37 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
   done(err.status, err.status === 404 ? "not-found" : "bad-request");
 }
 
+/**
+ * A request whose body another front door already read and decoded (the multi-pool front,
+ * multi-pool/front.ts), handled by this gateway's pool as if it had arrived here.
+ */
+export interface PrereadRequest {
+  body: Buffer;
+  pre: NonNullable<DecideOptions["pre"]>;
+}
+
+/** handlePublic's POST path for a pre-read request; never rejects. */
+export function proxyPreread(
+  gw: Gateway,
+  route: ApiRoute,
+  req: IncomingMessage,
+  res: ServerResponse,
+  pre: PrereadRequest,
+): Promise<void> {
+  return proxyRequest(gw, route, req, res, pre).catch((err) => {
+    gw.log(`kvgate: internal error on ${req.url}: ${(err as Error).stack ?? err}`);
+    sendError(res, new GatewayError(500, "internal gateway error"));
+    if (!res.writableEnded) res.destroy();
+    gw.metrics.httpRequests.inc({ route, status: "500", outcome: "upstream-error" });
+  });
+}
+
 async function proxyRequest(
   gw: Gateway,
   route: ApiRoute,
   req: IncomingMessage,
   res: ServerResponse,
+  preread?: PrereadRequest,
 ): Promise<void> {
   const t0 = performance.now();
   const count = (status: number, outcome: Outcome) =>
@@ -102,7 +128,7 @@ async function proxyRequest(
       "rejected",
     );
   if (gw.active >= gw.opts.maxConcurrentRequests) {
-    req.resume();
+    if (!preread) req.resume();
     return reject(
       new GatewayError(
         503,
@@ -119,14 +145,16 @@ async function proxyRequest(
   });
 
   let body: Buffer;
-  try {
-    body = await readBody(req, gw.opts.maxBodyBytes);
-  } catch (err) {
-    if (!(err instanceof GatewayError)) throw err;
-    if (ac.signal.aborted) return count(499, "client-disconnect");
-    return reject(err, "bad-request");
-  }
-  const d = await decide(gw, route, body, req.headers, { signal: ac.signal });
+  if (preread) body = preread.body;
+  else
+    try {
+      body = await readBody(req, gw.opts.maxBodyBytes);
+    } catch (err) {
+      if (!(err instanceof GatewayError)) throw err;
+      if (ac.signal.aborted) return count(499, "client-disconnect");
+      return reject(err, "bad-request");
+    }
+  const d = await decide(gw, route, body, req.headers, { signal: ac.signal, pre: preread?.pre });
   if (!d.ok) {
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(d.error, d.outcome);
@@ -263,20 +291,25 @@ async function proxyRequest(
   }
 }
 
-/** GET /v1/models: the union of every available replica's list (fresh if possible), deduped by id. */
-async function listModels(gw: Gateway, res: ServerResponse): Promise<void> {
-  const now = monotonicSeconds();
+/** The union of every available replica's model cards (fresh if possible), deduped by id. */
+export async function servedModelCards(gw: Gateway): Promise<Array<{ id: string }>> {
   const recs = gw.data.store.all().filter((r) => r.health !== "unhealthy");
   await Promise.all(recs.map((r) => gw.data.scraper.refreshModels(r.spec.id)));
   const seen = new Set<string>();
-  const data: unknown[] = [];
+  const data: Array<{ id: string }> = [];
   for (const r of recs)
     for (const card of r.models ?? [])
       if (!seen.has(card.id)) {
         seen.add(card.id);
         data.push(card);
       }
-  if (data.length === 0 && gw.data.store.readyCount(now) === 0) {
+  return data;
+}
+
+/** GET /v1/models: the union of every available replica's list (fresh if possible), deduped by id. */
+async function listModels(gw: Gateway, res: ServerResponse): Promise<void> {
+  const data = await servedModelCards(gw);
+  if (data.length === 0 && gw.data.store.readyCount(monotonicSeconds()) === 0) {
     sendError(res, new GatewayError(503, "no endpoint is available", { reason: "rejected-no-endpoints" }));
     return;
   }

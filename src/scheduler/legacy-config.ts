@@ -39,7 +39,7 @@ const RETIRED: Readonly<Record<string, string>> = {
   "low-queue-filter": "a GIE v0.x filter (chart default-plugins.yaml); use queue-scorer",
   "least-queue-filter": "a GIE v0.x filter (chart default-plugins.yaml); use queue-scorer",
   "least-kv-cache-filter": "a GIE v0.x filter (chart default-plugins.yaml); use kv-cache-utilization-scorer",
-  "lora-affinity-filter": "a GIE v0.x filter; LoRA-aware routing is not implemented in kvgate",
+  "lora-affinity-filter": "a GIE v0.x filter; use lora-affinity-scorer",
   "decision-tree-filter": "a GIE v0.x filter; list filters in a scheduling profile instead",
   "kvcache-aware-scorer":
     "llm-d-inference-scheduler before v0.3; use precise-prefix-cache-producer with prefix-cache-scorer",

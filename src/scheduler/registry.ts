@@ -42,6 +42,7 @@ import {
   leastRequestSpec,
   tokenLoadSpec,
 } from "./plugins/scorers/inflight.ts";
+import { loraAffinitySpec } from "./plugins/scorers/lora-affinity.ts";
 import {
   kvCacheScorerSpec,
   loadAwareScorerSpec,
@@ -129,6 +130,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   kvPressureSpec,
   prefillWaitSpec,
   noHitLruSpec,
+  loraAffinitySpec,
   sessionScorerSpec,
   sessionFilterSpec,
   affinityFilterSpec,
@@ -158,7 +160,6 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
 /** llm-d plugin types kvgate recognises but does not implement (yet). Older names are in legacy-config.ts. */
 export const UNIMPLEMENTED: Readonly<Record<string, string>> = {
   "token-producer": "kvgate tokenizes in the gateway; pass RequestFacts.tokenIds instead",
-  "lora-affinity-scorer": "LoRA-aware routing is not implemented",
   "context-length-aware": "context-length-aware routing is not implemented",
   "utilization-filter": "not implemented; utilization-detector can be used as a filter",
   "probabilistic-admitter": "not implemented; kvgate sheds sheddable requests at saturation ≥ 1",

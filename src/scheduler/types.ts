@@ -22,6 +22,15 @@ export interface EndpointMetrics {
    * this stays unset.
    */
   cacheNumCpuBlocks?: number;
+  /**
+   * LoRA adapters with running requests (vllm:lora_requests_info{running_lora_adapters}, latest
+   * series; llm-d Metrics.ActiveModels). Absent when the server reports no LoRA state.
+   */
+  activeModels?: readonly string[];
+  /** LoRA adapters with waiting requests (waiting_lora_adapters; llm-d WaitingModels). */
+  waitingModels?: readonly string[];
+  /** Adapters one batch may use (max_lora, vLLM --max-loras; llm-d MaxActiveModels). */
+  maxActiveModels?: number;
   /** When these values were scraped: seconds, same clock as `now`. */
   updateTime: number;
 }

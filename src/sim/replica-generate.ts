@@ -11,6 +11,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { EngineInputError } from "../engine/engine.ts";
 import type { Faults } from "./faults.ts";
 import { isProducer } from "./kv-transfer-config.ts";
+import type { LoraAdapter } from "./lora-config.ts";
 import type { NixlConnector } from "./nixl-connector.ts";
 import type { DriverOutput, ReplicaDriver } from "./replica-driver.ts";
 import type { ReplicaOptions } from "./replica-options.ts";
@@ -37,6 +38,8 @@ export interface GenerateContext {
   faults: Faults;
   /** The served name a request's `model` refers to; throws a 404 ApiError for unknown names. */
   resolveModel(name: string | undefined): string;
+  /** The LoRA adapter a resolved model name is, if it is one. */
+  adapter(name: string): LoraAdapter | undefined;
   /** A fresh engine request id. */
   nextEngineId(): string;
   /** The P/D connector when --kv-transfer-config set one. */
@@ -93,6 +96,8 @@ function runGeneration(
   res: ServerResponse,
 ): void {
   const model = ctx.resolveModel(p.model);
+  // vLLM selects an adapter by the request's model name; it runs on the base model's engine.
+  const adapter = ctx.adapter(model);
   const prompts = tokenizePrompts(ctx, p);
   const maxModelLen = ctx.opts.maxModelLen;
   const maxTokensOf = prompts.map((pr) => {
@@ -231,6 +236,7 @@ function runGeneration(
           maxTokens,
           ignoreEos: p.ignoreEos || p.minTokens >= maxTokens,
           ...(p.cacheSalt !== undefined && { cacheSalt: p.cacheSalt }),
+          ...(adapter !== undefined && { loraName: adapter.name, loraId: adapter.id }),
           priority: p.priority,
           ...(p.seed !== undefined && { seed: p.seed + (c.index % p.n) }),
           ...(first && remoteDecode && { remoteDecode: true }),

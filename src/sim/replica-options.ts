@@ -21,6 +21,7 @@ import {
   parseKvTransferConfig,
   sideChannelAddress,
 } from "./kv-transfer-config.ts";
+import { LoraOptionError, type LoraOptions, type LoraSettings, resolveLora } from "./lora-config.ts";
 import { DEFAULT_PROFILE, loadProfile } from "./profiles.ts";
 
 /** A bad setting; `flag` is the CLI flag it maps to (e.g. "--max-model-len"). */
@@ -80,6 +81,8 @@ export interface ReplicaSettings {
   /** Overrides of the preset: bandwidth in bytes/s, overhead and handshake in seconds. */
   kvLink?: Partial<KvLink>;
   dataParallelRank?: number;
+  /** vLLM --enable-lora, --max-loras, --max-lora-rank, --lora-modules, and the modelled load time. */
+  lora?: LoraSettings;
   legacyMetricNames?: boolean;
   faults?: Partial<FaultOptions>;
   maxRequestBodyBytes?: number;
@@ -118,6 +121,8 @@ export interface ReplicaOptions {
   sideChannel: { host: string; port: number };
   kvLink: KvLink;
   dataParallelRank: number;
+  /** LoRA serving (lora-config.ts), or null without --enable-lora. */
+  lora: LoraOptions | null;
   legacyMetricNames: boolean;
   faults: FaultOptions;
   maxRequestBodyBytes: number;
@@ -195,6 +200,14 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
   if (served.some((n) => typeof n !== "string" || n === ""))
     throw new ReplicaOptionError("--served-model-name", "names must be non-empty");
   const servedModelNames = served.length ? served : [model];
+
+  let lora: LoraOptions | null;
+  try {
+    lora = resolveLora(s.lora ?? {}, servedModelNames);
+  } catch (err) {
+    if (err instanceof LoraOptionError) throw new ReplicaOptionError(err.flag, err.message);
+    throw err;
+  }
 
   let kvEventsConfig: KvEventsConfig | null = null;
   if (typeof s.kvEventsConfig === "string") {
@@ -325,6 +338,7 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     sideChannel,
     kvLink,
     dataParallelRank,
+    lora,
     legacyMetricNames: s.legacyMetricNames ?? false,
     faults,
     maxRequestBodyBytes,
@@ -362,6 +376,7 @@ export function engineConfigOf(o: ReplicaOptions): EngineConfig {
     vocabSize: o.tokenizer.vocabSize,
     eosTokenId: o.tokenizer.eosTokenId,
     ...(o.kvOffload !== null && { kvOffload: o.kvOffload }),
+    ...(o.lora !== null && { lora: { maxLoras: o.lora.maxLoras, loadSeconds: o.lora.loadSeconds } }),
     ...(o.kvTransferConfig && {
       kvLoadFailurePolicy: o.kvTransferConfig.kvLoadFailurePolicy,
       kvLeaseDuration: o.kvTransferConfig.kvLeaseDuration,

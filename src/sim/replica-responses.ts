@@ -9,6 +9,7 @@ import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import type { FinishReason, RequestRecord } from "../engine/types.ts";
+import type { LoraAdapter } from "./lora-config.ts";
 import type { RequestHandle } from "./replica-driver.ts";
 import type { ReplicaOptions } from "./replica-options.ts";
 import { type ApiError, type ChatParams, type CompletionParams, errorBody } from "./replica-protocol.ts";
@@ -283,34 +284,46 @@ export class SseWriter {
   }
 }
 
-/** vLLM's ModelList: one ModelCard per served name (owned_by "vllm", root = --model, max_model_len). */
-export function modelList(o: ReplicaOptions, created: number): unknown {
+/**
+ * vLLM's ModelList: one ModelCard per served name (owned_by "vllm", root = --model, max_model_len),
+ * then one per LoRA adapter (root = its path, parent = its base model or the first served name,
+ * no max_model_len), as vllm/entrypoints/openai/serving_models.py show_available_models lists them.
+ */
+export function modelList(
+  o: ReplicaOptions,
+  created: number,
+  adapters: readonly LoraAdapter[] = [],
+): unknown {
+  const card = (id: string, root: string, parent: string | null, maxLen: number | null) => ({
+    id,
+    object: "model",
+    created,
+    owned_by: "vllm",
+    root,
+    parent,
+    max_model_len: maxLen,
+    permission: [
+      {
+        id: `modelperm-${randomUUID().replace(/-/g, "")}`,
+        object: "model_permission",
+        created,
+        allow_create_engine: false,
+        allow_sampling: true,
+        allow_logprobs: true,
+        allow_search_indices: false,
+        allow_view: true,
+        allow_fine_tuning: false,
+        organization: "*",
+        group: null,
+        is_blocking: false,
+      },
+    ],
+  });
   return {
     object: "list",
-    data: o.servedModelNames.map((id) => ({
-      id,
-      object: "model",
-      created,
-      owned_by: "vllm",
-      root: o.model,
-      parent: null,
-      max_model_len: o.maxModelLen,
-      permission: [
-        {
-          id: `modelperm-${randomUUID().replace(/-/g, "")}`,
-          object: "model_permission",
-          created,
-          allow_create_engine: false,
-          allow_sampling: true,
-          allow_logprobs: true,
-          allow_search_indices: false,
-          allow_view: true,
-          allow_fine_tuning: false,
-          organization: "*",
-          group: null,
-          is_blocking: false,
-        },
-      ],
-    })),
+    data: [
+      ...o.servedModelNames.map((id) => card(id, o.model, null, o.maxModelLen)),
+      ...adapters.map((a) => card(a.name, a.path, a.baseModelName ?? o.servedModelNames[0]!, null)),
+    ],
   };
 }

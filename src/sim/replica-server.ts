@@ -12,6 +12,9 @@ import { Engine } from "../engine/engine.ts";
 import { Faults, GARBLED_METRICS } from "./faults.ts";
 import { publishesEvents } from "./kv-events-config.ts";
 import { ZmqEventPublisher } from "./kv-publisher.ts";
+import type { LoraAdapter } from "./lora-config.ts";
+import { LoraAdapters } from "./lora-endpoints.ts";
+import { LoraMetrics } from "./lora-metrics.ts";
 import { NixlConnector } from "./nixl-connector.ts";
 import { OffloadMetrics } from "./offload-metrics.ts";
 import { ReplicaDriver } from "./replica-driver.ts";
@@ -35,6 +38,10 @@ import {
 import { modelList } from "./replica-responses.ts";
 import { METRICS_CONTENT_TYPE, VllmMetrics } from "./vllm-metrics.ts";
 
+/** Accept queue asked of the kernel (capped by net.core.somaxconn); Node's 511 overflows when a gateway opens
+ * thousands of upstream connections at once. */
+const LISTEN_BACKLOG = 8192;
+
 /** The vLLM version whose wire formats the replica follows (KV events as maps, replay with topic). */
 export const EMULATED_VLLM_VERSION = "0.26.0";
 
@@ -45,6 +52,9 @@ export class ReplicaServer {
   readonly engine: Engine;
   readonly driver: ReplicaDriver;
   readonly metrics: VllmMetrics;
+  /** Adapters this replica serves (--lora-modules and runtime loads), or null without --enable-lora. */
+  readonly lora: LoraAdapters | null;
+  private readonly loraMetrics: LoraMetrics | null;
   private readonly offloadMetrics: OffloadMetrics | null;
   readonly faults: Faults;
   /** KV-event publisher when --kv-events-config enables ZMQ publishing. */
@@ -69,6 +79,7 @@ export class ReplicaServer {
       log: opts.log,
       onStep: (step, lag) => {
         this.metrics.observeStep(step, lag);
+        this.loraMetrics?.observe(Date.now() / 1000);
         if (step.kvEvents && this.publisher) {
           const b = step.kvEvents;
           this.publisher.publish({
@@ -103,6 +114,9 @@ export class ReplicaServer {
         sliding_window: "None",
       },
     });
+    this.lora = opts.lora === null ? null : new LoraAdapters(opts.lora.adapters);
+    this.loraMetrics =
+      opts.lora === null ? null : new LoraMetrics(this.metrics.registry, () => this.engine.loraState());
     this.nixl = opts.kvTransferConfig
       ? NixlConnector.forReplica(opts, this.driver, this.metrics.registry)
       : null;
@@ -122,13 +136,22 @@ export class ReplicaServer {
       driver: this.driver,
       faults: this.faults,
       resolveModel: (name) => this.resolveModel(name),
+      adapter: (name) => this.lora?.get(name),
       nextEngineId: () => `req-${++this.nextId}`,
     };
     this.routes = {
       "/health": { GET: (_q, res) => this.empty(res) },
       "/ping": { GET: (_q, res) => this.empty(res), POST: (_q, res) => this.empty(res) },
       "/version": { GET: (_q, res) => sendJson(res, 200, { version: EMULATED_VLLM_VERSION }) },
-      "/v1/models": { GET: (_q, res) => sendJson(res, 200, modelList(this.opts, this.startedAt)) },
+      "/v1/models": {
+        GET: (_q, res) => sendJson(res, 200, modelList(this.opts, this.startedAt, this.lora?.list() ?? [])),
+      },
+      "/v1/load_lora_adapter": {
+        POST: async (q, res) => this.loraRoute(res).load(await this.body(q, res), res),
+      },
+      "/v1/unload_lora_adapter": {
+        POST: async (q, res) => this.loraRoute(res).unload(await this.body(q, res), res),
+      },
       "/metrics": { GET: (_q, res) => this.serveMetrics(res) },
       "/v1/completions": {
         POST: async (q, res) =>
@@ -174,7 +197,7 @@ export class ReplicaServer {
       await replica.nixl?.start();
       await new Promise<void>((resolve, reject) => {
         replica.server.once("error", reject);
-        replica.server.listen(opts.port, opts.host, () => {
+        replica.server.listen({ port: opts.port, host: opts.host, backlog: LISTEN_BACKLOG }, () => {
           replica.server.off("error", reject);
           resolve();
         });
@@ -208,13 +231,27 @@ export class ReplicaServer {
     return (
       `kvgate sim-replica listening on ${this.url} model=${o.servedModelNames[0]} profile=${o.profile.name} ` +
       `blocks=${o.numGpuBlocks} block_size=${o.blockSize} max_model_len=${o.maxModelLen} ` +
-      `time_scale=${o.timeScale}x tokenizer=${o.tokenizer.name}${kv}`
+      `time_scale=${o.timeScale}x tokenizer=${o.tokenizer.name}${kv}` +
+      (o.lora ? ` lora=${o.lora.adapters.length} adapters, max_loras ${o.lora.maxLoras}` : "")
     );
+  }
+
+  /** The runtime-loading endpoints' handler; 404 as vLLM when runtime updating is not allowed. */
+  private loraRoute(_res: ServerResponse): LoraAdapters {
+    if (this.lora === null || !runtimeLoraUpdating())
+      throw new ApiError(
+        404,
+        "Not Found: runtime LoRA loading needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+        null,
+        "NotFoundError",
+      );
+    return this.lora;
   }
 
   private resolveModel(name: string | undefined): string {
     if (name === undefined) return this.opts.servedModelNames[0]!;
     if (this.opts.servedModelNames.includes(name)) return name;
+    if (this.lora?.get(name) !== undefined) return name;
     throw new ApiError(404, `The model \`${name}\` does not exist.`, "model", "NotFoundError");
   }
 
@@ -355,6 +392,14 @@ export class ReplicaServer {
     return this.closing;
   }
 }
+
+/** vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: "true" or "1", any case (vllm/envs.py). */
+function runtimeLoraUpdating(env: NodeJS.ProcessEnv = process.env): boolean {
+  const v = (env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] ?? "").trim().toLowerCase();
+  return v === "true" || v === "1";
+}
+
+export type { LoraAdapter };
 
 function isResolved(s: ReplicaSettings | ReplicaOptions): s is ReplicaOptions {
   return (

@@ -1,6 +1,7 @@
 /**
  * npm run fuzz — the fuzz properties run long: each pure property (properties.ts) and the
- * end-to-end HTTP property (e2e.ts) for --runs cases (the HTTP one for a tenth of them), seeded by
+ * end-to-end HTTP and ext_proc properties (e2e.ts, ext-proc.ts) for --runs cases (those two for a
+ * tenth of them), seeded by
  * --seed (default: the time, printed so a failure can be replayed). Prints the cases run per
  * property and in total; exits 1 with fast-check's counterexample on the first failure.
  *
@@ -9,6 +10,7 @@
 import { parseArgs } from "node:util";
 import fc from "fast-check";
 import { httpProperty, startHttpFuzz } from "./e2e.ts";
+import { extProcProperty, startExtProcFuzz } from "./ext-proc.ts";
 import { PURE_PROPERTIES } from "./properties.ts";
 
 const { values: a } = parseArgs({
@@ -38,6 +40,16 @@ try {
   await run("HTTP through a live gateway (e2e.ts)", httpProperty(fx), Math.ceil(runs / 10));
 } finally {
   await fx.close();
+}
+const ex = await startExtProcFuzz();
+try {
+  await run(
+    "ext_proc Process streams to a live kvgate epp (ext-proc.ts)",
+    extProcProperty(ex),
+    Math.ceil(runs / 10),
+  );
+} finally {
+  await ex.close();
 }
 console.log(`fuzz: ${total} cases in all, ${failed ? "with failures" : "no failure"} (seed ${seed})`);
 process.exitCode = failed ? 1 : 0;

@@ -16,8 +16,16 @@
  *     [--ramp-per-s 1000] [--limit 500] [--extra 200] [--json results/bench-streams.json]
  *
  * Each stream needs two sockets in the gateway (client and upstream, HTTP/1.1 both ways), so a
- * process whose open-file limit is N holds at most about N/2 − 32 streams: the bench says so and
- * lowers --streams rather than measure EMFILE errors.
+ * process whose open-file limit is N holds at most about (N − 256)/2 streams (256 for the gateway's
+ * own files: stdio, epoll, admin, scrape and event connections): the bench says so and lowers
+ * --streams rather than measure EMFILE. Past that limit libuv accepts a new connection and closes it
+ * at once (its EMFILE fallback), and since the client's request is unread the kernel answers RST.
+ * That, not the listen queue (already 4096 then), fits the 988 of 9,968 streams reset at an
+ * open-file limit of 20,000 with 64 files to spare; with 256 to spare, 9,872 ran with none reset.
+ *
+ * Clients connect at --ramp-per-s (default 1000/s, in batches of 100), as a real load test ramps,
+ * rather than 10,000 SYNs at once; the gateway's and the replicas' accept queues are 8192 (kernel-
+ * capped by net.core.somaxconn), which the bench reports with tcp_max_syn_backlog and the limit.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -53,7 +61,8 @@ function openFileLimit(): number {
   return !m || m[1] === "unlimited" ? Number.POSITIVE_INFINITY : Number(m[1]);
 }
 const fdLimit = openFileLimit();
-const fdCap = Math.floor(fdLimit / 2) - 32;
+const FD_RESERVE = 256;
+const fdCap = Math.floor((fdLimit - FD_RESERVE) / 2);
 let streams = Number(a.streams);
 const requestedStreams = streams;
 if (streams > fdCap) {
@@ -108,17 +117,29 @@ function start(
   });
 }
 
+function sysctl(name: string): number | null {
+  try {
+    return Number(readFileSync(`/proc/sys/${name}`, "utf8").trim());
+  } catch {
+    return null;
+  }
+}
+
 function rssBytes(pid: number): { rss: number; hwm: number } {
   const s = readFileSync(`/proc/${pid}/status`, "utf8");
   const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(s)?.[1] ?? 0) * 1024;
   return { rss: kb("VmRSS"), hwm: kb("VmHWM") };
 }
 
-async function lagP99(adminUrl: string): Promise<{ p99: number; max: number } | null> {
+async function lagP99(adminUrl: string): Promise<{ p50: number; p99: number; max: number } | null> {
   try {
     const text = await (await fetch(`${adminUrl}/metrics`)).text();
     const v = (n: string) => Number(new RegExp(`^${n} (\\S+)`, "m").exec(text)?.[1] ?? Number.NaN);
-    return { p99: v("nodejs_eventloop_lag_p99_seconds"), max: v("nodejs_eventloop_lag_max_seconds") };
+    return {
+      p50: v("nodejs_eventloop_lag_p50_seconds"),
+      p99: v("nodejs_eventloop_lag_p99_seconds"),
+      max: v("nodejs_eventloop_lag_max_seconds"),
+    };
   } catch {
     return null;
   }
@@ -209,12 +230,14 @@ try {
     let peak = 0;
     let rssMax = 0;
     const lags: number[] = [];
+    const lags50: number[] = [];
     let lagMax = 0;
     const sampler = setInterval(async () => {
       rssMax = Math.max(rssMax, rssBytes(g.proc.pid!).rss);
       const l = await lagP99(g.adminUrl);
       if (l && Number.isFinite(l.p99)) {
         lags.push(l.p99);
+        if (Number.isFinite(l.p50)) lags50.push(l.p50);
         lagMax = Math.max(lagMax, l.max);
       }
     }, 1000);
@@ -243,13 +266,32 @@ try {
       .map((r) => r.firstByteAt - r.startedAt)
       .sort((x, y) => x - y);
     lags.sort((x, y) => x - y);
+    lags50.sort((x, y) => x - y);
+    const kinds: Record<string, number> = {};
+    for (const r of bad) {
+      const k =
+        r.status === 0
+          ? `connection: ${r.error ?? "closed"}`
+          : r.status !== 200
+            ? `HTTP ${r.status}`
+            : r.error
+              ? `mid-stream: ${r.error}`
+              : "no [DONE]";
+      kinds[k] = (kinds[k] ?? 0) + 1;
+    }
     const cpu = process.cpuUsage(cpu0);
     results.streams = {
       requested: requestedStreams,
       streams,
       openFileLimit: fdLimit,
+      somaxconn: sysctl("net/core/somaxconn"),
+      tcpMaxSynBacklog: sysctl("net/ipv4/tcp_max_syn_backlog"),
+      rampPerSecond: rampPerS,
+      opened: rs.filter((r) => r.status === 200).length,
+      completed: rs.filter((r) => r.status === 200 && r.done).length,
       ok: rs.length - bad.length,
       errors: bad.length,
+      errorsByKind: kinds,
       errorSamples: bad.slice(0, 5).map((r) => ({
         status: r.status,
         error: r.error,
@@ -261,6 +303,10 @@ try {
       wallSeconds: wall,
       gatewayRssMaxBytes: rssMax,
       gatewayRssHighWaterBytes: hwm,
+      eventLoopDelayP50Seconds: {
+        median: lags50[Math.floor(lags50.length / 2)] ?? null,
+        max: lags50.at(-1) ?? null,
+      },
       eventLoopDelayP99Seconds: {
         median: lags[Math.floor(lags.length / 2)] ?? null,
         max: lags.at(-1) ?? null,

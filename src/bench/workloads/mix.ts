@@ -33,7 +33,16 @@ export const MixStreamSchema = z.looseObject({
 });
 export type MixStream = z.infer<typeof MixStreamSchema>;
 
-export const MixOptionsSchema = z.strictObject({ streams: z.array(MixStreamSchema).min(1) });
+export const MixOptionsSchema = z.strictObject({
+  streams: z
+    .array(MixStreamSchema, {
+      error: (iss) =>
+        iss.input === undefined
+          ? "a mix is a list of streams, which a workload file gives (kvgate bench --workload-file FILE, with the workload and options.streams sections of scenarios/flow-noisy-neighbour.yaml for a start)"
+          : undefined,
+    })
+    .min(1, "give at least one stream"),
+});
 export type MixOptions = z.infer<typeof MixOptionsSchema>;
 export const MIX_DEFAULTS = {};
 

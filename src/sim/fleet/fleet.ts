@@ -224,7 +224,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   }
   // P/D when a pool has a role: prefill legs are table entries n + i (pd.ts).
   const pd = replicas.some((r) => r.state.labels[ROLE_LABEL] !== undefined)
-    ? new PdRun(replicas, q, n, indexOf, o.kvLink ?? kvLinkConfig("rdma"))
+    ? new PdRun(replicas, q, n, indexOf, o.kvLink ?? kvLinkConfig("rdma"), o.locality)
     : null;
   const status = new Uint8Array(n);
   const records: RequestRecord[] = new Array(n);

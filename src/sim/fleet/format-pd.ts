@@ -23,6 +23,9 @@ export interface PdSummary {
   transfer_mean_s: number | null;
   transfer_p50_s: number | null;
   handshakes: number;
+  /** With regions: transfers whose decoder and prefiller sat in different regions, and their bytes. */
+  cross_region_transfers?: number;
+  cross_region_bytes?: number;
   /** Σ over every replica of prompt tokens by source (vLLM prompt_tokens_by_source). */
   prompt_tokens_by_source: Record<string, number>;
 }

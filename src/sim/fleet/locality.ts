@@ -7,7 +7,8 @@
  * the way back (RequestRecord.networkDelay, added to its TTFT and E2E). Replicas get their region
  * from their pool's `labels` (the label named by `locality.label`).
  *
- * Prefill/decode KV transfers across regions are not modelled here (P/D scenarios keep one region).
+ * A prefill/decode KV transfer between regions also crosses the link between them (wan-link.ts):
+ * `bandwidthGbps` per pair, shared first come first served, one round trip of latency.
  */
 import { z } from "zod";
 import { aggregateSet } from "../../bench/metrics.ts";
@@ -22,6 +23,8 @@ export const LocalitySchema = z.strictObject({
   label: z.string().min(1).optional(),
   /** Round trip between two regions, "a/b": ms (either order); pairs not listed are an error. */
   rttMs: z.record(z.string(), z.number().finite().nonnegative()).optional(),
+  /** Bandwidth of the link between two regions, "a/b": Gb/s (either order); unlisted pairs: unlimited. */
+  bandwidthGbps: z.record(z.string(), z.number().finite().positive()).optional(),
   /** Round trip within a region, ms (default 0: gatewayDelayMs already covers the local hop). */
   localRttMs: z.number().finite().nonnegative().optional(),
   /** Each region's traffic: the scenario's workload with these fields replaced. */
@@ -44,6 +47,8 @@ export interface LocalityConfig {
   label: string;
   /** One-way seconds between regions: "a\0b" in both orders, and "a\0a" for the local hop. */
   oneWay: Map<string, number>;
+  /** Bytes/s between regions: "a\0b" in both orders (pairs given in bandwidthGbps only). */
+  bandwidth: Map<string, number>;
   origins: LocalityInput["origins"];
 }
 
@@ -77,7 +82,17 @@ export function resolveLocality(
   for (const a of regions)
     for (const b of regions)
       if (!oneWay.has(`${a}\u0000${b}`)) throw new Error(`rttMs: no round-trip time for "${a}/${b}"; add it`);
-  return { label, oneWay, origins: input.origins };
+  const bandwidth = new Map<string, number>();
+  for (const [pair, gbps] of Object.entries(input.bandwidthGbps ?? {})) {
+    const [a, b, extra] = pair.split("/");
+    if (!a || !b || extra !== undefined || a === b)
+      throw new Error(`bandwidthGbps: "${pair}" must be "regionA/regionB" with two different regions`);
+    for (const r of [a, b])
+      if (!regions.has(r)) throw new Error(`bandwidthGbps: "${pair}": no pool or origin is in region ${r}`);
+    bandwidth.set(`${a}\u0000${b}`, (gbps * 1e9) / 8);
+    bandwidth.set(`${b}\u0000${a}`, (gbps * 1e9) / 8);
+  }
+  return { label, oneWay, bandwidth, origins: input.origins };
 }
 
 /** One-way delay in seconds from `origin` to a replica with `labels` (0 without an origin). */

@@ -15,6 +15,8 @@ export interface WorkerRequest {
   file: string;
   router: string;
   quick: boolean;
+  /** The scenario's seed replaced (kvgate simulate --seed). */
+  seed?: number;
   /** Also send back the workload's spec and limits (computed before the router runs). */
   limits: boolean;
 }
@@ -61,7 +63,13 @@ export async function runRoutersInWorkers(
             w.off("error", onError);
             res(m);
           });
-          w.postMessage({ file, router: r.name, quick: o.quick, limits: first } satisfies WorkerRequest);
+          w.postMessage({
+            file,
+            router: r.name,
+            quick: o.quick,
+            seed: o.seed,
+            limits: first,
+          } satisfies WorkerRequest);
         });
         if (!reply.ok)
           throw reply.name === "ScenarioError" ? new ScenarioError(reply.message) : new Error(reply.message);

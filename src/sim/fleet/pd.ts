@@ -23,7 +23,9 @@ import type { ScheduleResult } from "../../scheduler/types.ts";
 import { type EventQueue, Priority } from "./event-queue.ts";
 import type { PdSummary } from "./format-pd.ts";
 import { KvLink, type KvLinkConfig } from "./kv-link.ts";
+import type { LocalityConfig } from "./locality.ts";
 import type { Replica } from "./replica.ts";
+import { WanLink } from "./wan-link.ts";
 
 /** Appended to a request id for its prefill leg (the engines key requests by id). */
 export const PREFILL_LEG = "#prefill";
@@ -35,6 +37,9 @@ const DECODE_LEG = 2;
 
 export class PdRun {
   readonly link: KvLink;
+  /** Links between regions, when the fleet has regions (a transfer between two crosses one). */
+  readonly wan: WanLink | null;
+  readonly #regionLabel: string | null;
   #disaggregated = 0;
   #tokensMoved = 0;
   /** Each transfer's time from the decoder's ask to its KV landing, seconds. */
@@ -56,8 +61,11 @@ export class PdRun {
     readonly n: number,
     readonly indexOf: Map<string, number>,
     link: KvLinkConfig,
+    locality?: LocalityConfig,
   ) {
     this.link = new KvLink(link);
+    this.wan = locality ? new WanLink(locality.bandwidth, locality.oneWay) : null;
+    this.#regionLabel = locality?.label ?? null;
     this.#phase = new Uint8Array(n);
     this.#prefillRep = new Int32Array(n).fill(-1);
     this.#decodeRep = new Int32Array(n).fill(-1);
@@ -156,7 +164,12 @@ export class PdRun {
     const bytes = tokens * this.#kvBytes(rep);
     const tpD = rep.engine.config.profile.hardware.tensorParallel;
     const tpP = this.replicas[this.#prefillRep[i]].engine.config.profile.hardware.tensorParallel;
-    const done = this.link.start(rep.state.id, bytes, now, this.#askedAt[i], Math.min(tpP, tpD), tpD);
+    const p = this.replicas[this.#prefillRep[i]];
+    let done = this.link.start(rep.state.id, bytes, now, this.#askedAt[i], Math.min(tpP, tpD), tpD);
+    const from = this.#regionLabel === null ? undefined : p.state.labels[this.#regionLabel];
+    const to = this.#regionLabel === null ? undefined : rep.state.labels[this.#regionLabel];
+    if (this.wan !== null && from !== undefined && to !== undefined && from !== to)
+      done = Math.max(done, this.wan.transfer(from, to, bytes, now));
     this.#durations.push(done - this.#askedAt[i]);
     this.q.push(done, Priority.DELIVER, "kv-done", rep.index, i);
   }
@@ -194,6 +207,9 @@ export class PdRun {
       transfer_mean_s: st.transfers > 0 ? st.transferSeconds / st.transfers : null,
       transfer_p50_s: percentile(Float64Array.from(this.#durations).sort(), 50) ?? null,
       handshakes: st.handshakes,
+      ...(this.wan !== null
+        ? { cross_region_transfers: this.wan.stats.transfers, cross_region_bytes: this.wan.stats.bytes }
+        : {}),
       prompt_tokens_by_source: bySource,
     };
   }

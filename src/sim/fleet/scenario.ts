@@ -198,7 +198,13 @@ function zodFail(origin: string, e: z.ZodError): never {
 }
 
 /** Parses and resolves a scenario's YAML text; `file` anchors relative paths. Throws ScenarioError. */
-export function parseScenario(text: string, file?: string): Scenario {
+/** What `kvgate simulate` may change in a scenario from its command line. */
+export interface ScenarioOverrides {
+  /** Replaces the scenario's seed and its workload's (regions without a seed of their own follow it). */
+  seed?: number;
+}
+
+export function parseScenario(text: string, file?: string, overrides: ScenarioOverrides = {}): Scenario {
   const origin = file ?? "(inline)";
   let raw: unknown;
   try {
@@ -208,18 +214,22 @@ export function parseScenario(text: string, file?: string): Scenario {
   }
   const parsed = ScenarioSchema.safeParse(raw ?? {});
   if (!parsed.success) return zodFail(origin, parsed.error);
+  if (overrides.seed !== undefined) {
+    parsed.data.seed = overrides.seed;
+    (parsed.data.workload as { seed?: number }).seed = overrides.seed;
+  }
   return resolveScenario(parsed.data, origin, file === undefined ? process.cwd() : dirname(resolve(file)));
 }
 
 /** Reads and parses a scenario file. */
-export function loadScenario(file: string): Scenario {
+export function loadScenario(file: string, overrides: ScenarioOverrides = {}): Scenario {
   let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch (err) {
     throw new ScenarioError(`cannot read scenario ${file}: ${(err as Error).message}`);
   }
-  return parseScenario(text, file);
+  return parseScenario(text, file, overrides);
 }
 
 type FleetInput = z.infer<typeof FleetSchema>;

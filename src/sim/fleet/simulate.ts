@@ -30,6 +30,8 @@ export interface SimulateOptions {
   routers?: string[];
   /** Scale the workload down to a tenth (at least 20 requests, 2 per closed-loop user) for a smoke run. */
   quick?: boolean;
+  /** The seed the scenario was loaded with (loadScenario's override), for workers that load it again. */
+  seed?: number;
   onRouterStart?(name: string, index: number, total: number): void;
   onRouterDone?(outcome: RouterOutcome): void;
   /**
@@ -304,16 +306,16 @@ export async function runRouter(
 }
 
 /**
- * The fleet the limits describe: the first pool, or — when the pools differ only in labels (one
- * pool per region, say) — all of them as one.
+ * The fleet the limits describe: the first pool, together with every pool that differs from it only
+ * in labels other than the role (one pool per region, say). A P/D fleet is described by its first
+ * role's pools (the prefill side, as scenarios list them).
  */
 export function limitsFleet(sc: Scenario): FleetConfig {
-  const [first, ...rest] = sc.pools;
-  const same = (p: FleetConfig) =>
-    JSON.stringify({ ...p, replicas: 0, labels: {}, profile: p.profile.name }) ===
-    JSON.stringify({ ...first, replicas: 0, labels: {}, profile: first.profile.name });
-  if (rest.length === 0 || first.labels[ROLE_LABEL] !== undefined || !rest.every(same)) return first;
-  return { ...first, replicas: sc.pools.reduce((n, p) => n + p.replicas, 0) };
+  const first = sc.pools[0];
+  const shape = (p: FleetConfig) =>
+    JSON.stringify({ ...p, replicas: 0, labels: { role: p.labels[ROLE_LABEL] }, profile: p.profile.name });
+  const alike = sc.pools.filter((p) => shape(p) === shape(first));
+  return alike.length === 1 ? first : { ...first, replicas: alike.reduce((n, p) => n + p.replicas, 0) };
 }
 
 /** Replica id → its `label` value, in runFleet's numbering (pool by pool). */

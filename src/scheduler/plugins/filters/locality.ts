@@ -11,7 +11,10 @@
  *
  * Spilling: the nearest group is kept alone unless its saturation — the utilization detector's
  * measure, average over the group of max(queue / queueDepthThreshold, KV use / kvCacheUtilThreshold)
- * — has reached `spillThreshold`; then the next group joins, and so on. While a group spills, its
+ * — has reached `spillThreshold`; then the nearest other group with headroom joins, and so on. A
+ * group itself saturated (≥ 1.0, the utilization detector's own line) is passed over — two busy
+ * regions spilling into each other would only trade their traffic — and with none that has headroom
+ * the traffic stays home. While a group spills, its
  * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
  * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
  * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
@@ -43,6 +46,11 @@ export const localityParams = z
     queueDepthThreshold: z.number().positive().default(5),
     kvCacheUtilThreshold: z.number().positive().default(0.8),
     metricsStalenessThreshold: z.string().default("2s"),
+    /**
+     * Saturation is re-measured at most this often (ms); in between, requests get the last answer.
+     * Half the default scrape period: the metrics it reads do not change faster. 0 = every request.
+     */
+    remeasureMs: z.number().nonnegative().default(50),
     /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
     rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
   })
@@ -64,6 +72,15 @@ export class LocalityFilter implements Filter {
     key: string;
     groups: EndpointState[][];
   } | null = null;
+  /** Origin key → the last measurement: when, over which grouping, and the list it gave. */
+  readonly #measured = new Map<
+    string,
+    { at: number; groups: EndpointState[][]; out: readonly EndpointState[] }
+  >();
+  /** The configured origin's key (most requests carry no locality of their own). */
+  readonly #originKey: string;
+  /** remeasureMs in seconds. */
+  readonly #remeasureS: number;
 
   constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
     this.typedName = { type: LOCALITY_FILTER_TYPE, name };
@@ -73,41 +90,72 @@ export class LocalityFilter implements Filter {
       kvCacheUtilThreshold: this.params.kvCacheUtilThreshold,
       metricsStalenessThreshold: this.params.metricsStalenessThreshold,
     });
+    this.#remeasureS = this.params.remeasureMs / 1000;
+    this.#originKey = originKey(this.params.labels, this.params.origin);
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
     if (endpoints.length === 0) return endpoints;
-    const origin = cycle.request.locality ?? this.params.origin;
-    const key = originKey(this.params.labels, origin);
-    const groups = this.#grouped(key, origin, endpoints);
+    const own = cycle.request.locality;
+    const origin = own ?? this.params.origin;
+    const key = own === undefined ? this.#originKey : originKey(this.params.labels, own);
+    // The measure reads only scraped metrics, which change once per scrape (100 ms by default):
+    // re-measuring on every request repeats the same answer at the cost of reading every endpoint.
+    // Within a measurement's window, labels are not re-read either (a relabel waits ≤ remeasureMs).
+    const last = this.#measured.get(key);
+    const now = cycle.now;
+    const fresh = last !== undefined && now >= last.at && now - last.at < this.#remeasureS;
+    const groups = this.#grouped(key, origin, endpoints, !fresh);
     if (groups.length === 1) return endpoints;
     if (!this.params.spill) return groups[0];
+    if (fresh && last.groups === groups) return last.out;
+    const out = this.#spill(key, groups, now, last?.out);
+    this.#measured.set(key, { at: now, groups, out });
+    return out;
+  }
+
+  /** Re-measures `key`'s saturation: the nearest group alone, or the spill list (see the header). */
+  #spill(
+    key: string,
+    groups: EndpointState[][],
+    now: number,
+    prev: readonly EndpointState[] | undefined,
+  ): readonly EndpointState[] {
     const was = this.#spilling.get(key) ?? 0;
-    // Group k joins while groups 0..k-1 together are saturated (or were, and have not recovered).
-    let joined = 0;
-    let kept: readonly EndpointState[] = groups[0];
-    while (joined < groups.length - 1) {
-      const sat = this.#measure.saturation(kept, cycle.now);
-      const threshold = joined < was ? this.params.recoverThreshold : this.params.spillThreshold;
-      if (sat < threshold) break;
-      joined++;
-      kept = kept.concat(groups[joined]);
+    // The nearest group with headroom joins while the groups already in are saturated together (or
+    // were, and have not recovered). A group itself saturated (≥ 1.0, the utilization detector's
+    // line) is passed over: two busy regions spilling into each other would only trade their traffic.
+    const joined = [0];
+    let sum = 0;
+    let n = 0;
+    let next = 1;
+    while (next < groups.length) {
+      const last = groups[joined[joined.length - 1]];
+      for (const e of last) sum += this.#measure.endpointSaturation(e, now);
+      n += last.length;
+      const threshold = joined.length - 1 < was ? this.params.recoverThreshold : this.params.spillThreshold;
+      if (sum / n < threshold) break;
+      while (next < groups.length && this.#measure.saturation(groups[next], now) >= 1) next++;
+      if (next === groups.length) break;
+      joined.push(next++);
     }
-    if (joined === 0) {
+    if (joined.length === 1) {
       this.#spilling.delete(key);
       // The cached group itself: while the pool is unchanged later plugins see the same array
       // object and keep their per-list caches (CycleState.positions).
       return groups[0];
     }
-    this.#spilling.set(key, joined);
+    this.#spilling.set(key, joined.length - 1);
     // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
     // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
-    // endpoints with headroom stay candidates beside the group that joined.
+    // endpoints with headroom stay candidates beside the group that joined last.
     const out: EndpointState[] = [];
-    for (let g = 0; g < joined; g++)
+    for (const g of joined.slice(0, -1))
       for (const e of groups[g])
-        if (this.#measure.endpointSaturation(e, cycle.now) < this.params.spillThreshold) out.push(e);
-    for (const e of groups[joined]) out.push(e);
+        if (this.#measure.endpointSaturation(e, now) < this.params.spillThreshold) out.push(e);
+    for (const e of groups[joined[joined.length - 1]]) out.push(e);
+    // The same members as last time: the same array object, so later plugins' per-list caches hold.
+    if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
   }
 
@@ -120,14 +168,20 @@ export class LocalityFilter implements Filter {
     key: string,
     origin: Record<string, string>,
     endpoints: readonly EndpointState[],
+    checkLabels: boolean,
   ): EndpointState[][] {
-    // Callers may pass a fresh array per request: compare the elements (and their labels objects,
-    // which the datastore replaces when labels change), so an unchanged pool is never regrouped.
+    // Callers may pass a fresh array per request: compare the elements (and, unless told not to,
+    // their labels objects, which the datastore replaces when labels change), so an unchanged pool
+    // is never regrouped. Comparing elements reads only the arrays, never the endpoint objects.
     const last = this.#last;
     const n = endpoints.length;
     if (last !== null && last.key === key && last.endpoints.length === n) {
       let i = 0;
-      while (i < n && endpoints[i] === last.endpoints[i] && endpoints[i].labels === last.labels[i]) i++;
+      while (i < n && endpoints[i] === last.endpoints[i]) i++;
+      if (i === n && checkLabels) {
+        i = 0;
+        while (i < n && endpoints[i].labels === last.labels[i]) i++;
+      }
       if (i === n) return last.groups;
     }
     const groups = this.groups(origin, endpoints);
