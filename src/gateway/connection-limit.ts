@@ -9,10 +9,17 @@ import type { Socket } from "node:net";
 
 const IDLE_OVER_LIMIT_MS = 10_000;
 
+/**
+ * A mark on the socket itself rather than a WeakSet of sockets: an HTTP/2 request's `socket` is
+ * node:http2's proxy of the connection's socket, which forwards property reads but is not the same
+ * object. An HTTP/2 connection counts once, however many streams it carries.
+ */
+const OVER_LIMIT = Symbol("kvgate.overConnectionLimit");
+type Marked = Socket & { [OVER_LIMIT]?: boolean };
+
 export class ConnectionLimit {
   readonly max: number;
   #open = 0;
-  readonly #over = new WeakSet<Socket>();
 
   constructor(max: number) {
     this.max = max;
@@ -26,7 +33,7 @@ export class ConnectionLimit {
   /** Call on every new connection of the public server. */
   accept(s: Socket): void {
     if (this.#open >= this.max) {
-      this.#over.add(s);
+      (s as Marked)[OVER_LIMIT] = true;
       s.setTimeout(IDLE_OVER_LIMIT_MS, () => s.destroy());
       return;
     }
@@ -36,6 +43,6 @@ export class ConnectionLimit {
 
   /** True when requests on `s` are to be answered 503 (it arrived beyond the limit). */
   rejects(s: Socket | null | undefined): boolean {
-    return s != null && this.#over.has(s);
+    return s != null && (s as Marked)[OVER_LIMIT] === true;
   }
 }

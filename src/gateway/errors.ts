@@ -8,6 +8,7 @@
  * `pkg/common/error/error.go`).
  */
 import type { ServerResponse } from "node:http";
+import { headersFor, responseGone } from "./h2c.ts";
 
 export const DROPPED_REASON_HEADER = "x-llm-d-request-dropped-reason";
 
@@ -88,7 +89,7 @@ export function errorJson(status: number, message: string, param: string | null 
 
 /** Writes `err` as an OpenAI error response, unless headers already went out. */
 export function sendError(res: ServerResponse, err: GatewayError, extra: Record<string, string> = {}): void {
-  if (res.headersSent || res.destroyed) return;
+  if (res.headersSent || responseGone(res)) return;
   const body = errorJson(err.status, err.message, err.param);
   const headers: Record<string, string | number> = {
     "content-type": "application/json",
@@ -97,7 +98,7 @@ export function sendError(res: ServerResponse, err: GatewayError, extra: Record<
     ...extra,
   };
   if (err.reason) headers[DROPPED_REASON_HEADER] = err.reason;
-  res.writeHead(err.status, headers).end(body);
+  res.writeHead(err.status, headersFor(res, headers)).end(body);
 }
 
 /** The SSE event that ends a stream whose upstream failed mid-way (vLLM's mid-stream error shape). */

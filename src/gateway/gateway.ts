@@ -10,7 +10,7 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import { Pool } from "undici";
 import { DataLayer } from "../datalayer/datalayer.ts";
@@ -21,6 +21,7 @@ import type { AutoscaleService } from "./autoscale.ts";
 import { ConnectionLimit } from "./connection-limit.ts";
 import { dashboardSamplerOf, stopDashboard } from "./dashboard/sampler.ts";
 import { TrafficCounts } from "./endpoint-traffic.ts";
+import { acceptH2c, type H2cFront } from "./h2c.ts";
 import { KvEventsWiring } from "./kv-events.ts";
 import { type BoundAddress, listen } from "./listen.ts";
 import { GatewayMetrics } from "./metrics.ts";
@@ -171,6 +172,8 @@ export class Gateway {
   active = 0;
   draining = false;
   readonly publicServer: Server;
+  /** HTTP/2 prior-knowledge connections on the public port (h2c.ts). */
+  readonly h2c: H2cFront;
   readonly adminServer: Server;
   readonly #sockets = new Set<Socket>();
   readonly connections: ConnectionLimit;
@@ -211,9 +214,9 @@ export class Gateway {
       },
       onEndpointsChanged: (ids) => this.#pruneEndpoints(ids),
     });
-    this.publicServer = createServer({ headersTimeout: opts.headersTimeoutMs ?? 30_000 }, (req, res) =>
-      handlePublic(this, req, res),
-    );
+    const onPublic = (req: IncomingMessage, res: ServerResponse) => handlePublic(this, req, res);
+    this.publicServer = createServer({ headersTimeout: opts.headersTimeoutMs ?? 30_000 }, onPublic);
+    this.h2c = acceptH2c(this.publicServer, onPublic, opts.headersTimeoutMs ?? 30_000);
     this.publicServer.requestTimeout = opts.requestTimeoutMs ?? 120_000;
     this.connections = new ConnectionLimit(opts.maxConnections ?? 16384);
     this.publicServer.on("connection", (s: Socket) => {
@@ -322,6 +325,7 @@ export class Gateway {
     this.draining = true;
     const closed = new Promise<void>((r) => this.publicServer.close(() => r()));
     this.publicServer.closeIdleConnections();
+    this.h2c.closeSessions();
     const deadline = Date.now() + this.opts.drainTimeoutMs;
     while (this.active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     for (const s of this.#sockets) s.destroy();

@@ -89,7 +89,9 @@ export function forwardRequestHeaders(h: IncomingHttpHeaders): Record<string, st
   const listed = connectionTokens(h.connection);
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(h)) {
-    if (v === undefined || HOP_BY_HOP.has(k) || listed.has(k) || isControlHeader(k)) continue;
+    // `:method`, `:path`, `:authority`…: HTTP/2 pseudo-headers describe this hop's request line.
+    if (v === undefined || k.startsWith(":") || HOP_BY_HOP.has(k) || listed.has(k) || isControlHeader(k))
+      continue;
     out[k] = v;
   }
   return out;

@@ -12,6 +12,7 @@ import type { ServerResponse } from "node:http";
 import type { Dispatcher, Pool } from "undici";
 import type { RequestFailureKind } from "../datalayer/datastore.ts";
 import { sseErrorEvent } from "./errors.ts";
+import { responseGone } from "./h2c.ts";
 import { forwardResponseHeaders } from "./headers.ts";
 
 export interface AttemptFailure {
@@ -229,7 +230,7 @@ async function stream(
       first = null;
       while (!next.done) {
         await push(next.value);
-        if (res.destroyed) {
+        if (responseGone(res)) {
           up.body.destroy();
           return { kind: "client-gone", endpoint: id };
         }
@@ -237,7 +238,7 @@ async function stream(
       }
       break;
     } catch (err) {
-      if (r.signal.aborted || res.destroyed) return { kind: "client-gone", endpoint: id };
+      if (r.signal.aborted || responseGone(res)) return { kind: "client-gone", endpoint: id };
       const message = `upstream ${id} failed mid-response: ${describe(err)}`;
       const resumed = sse && r.migrate ? await r.migrate(id, message) : null;
       if (resumed === null) return failedMidstream(r, sse, tail, id, status, bytes, message);

@@ -18,6 +18,7 @@ import { type DecideOptions, decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
 import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
+import { closedEarly, closeSessionAfter, isHttp2 } from "./h2c.ts";
 import { forwardRequestHeaders, SERVED_ENDPOINT_HEADER } from "./headers.ts";
 import type { Outcome } from "./metrics.ts";
 import { armMigration, wantsMigration } from "./migrate-wiring.ts";
@@ -45,7 +46,9 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
     });
   if (gw.connections.rejects(req.socket)) {
     req.resume();
-    res.setHeader("connection", "close");
+    // HTTP/2 has no `connection: close`: the session gets a GOAWAY once this stream is answered.
+    if (isHttp2(res)) closeSessionAfter(res);
+    else res.setHeader("connection", "close");
     sendError(
       res,
       new GatewayError(
@@ -141,7 +144,7 @@ async function proxyRequest(
   res.once("close", () => gw.active--);
   const ac = new AbortController();
   res.once("close", () => {
-    if (!res.writableFinished) ac.abort(new Error("client disconnected"));
+    if (closedEarly(res)) ac.abort(new Error("client disconnected"));
   });
 
   let body: Buffer;
