@@ -14,6 +14,11 @@
  *
  *   npm run bench:streams -- [--streams 10000] [--replicas 8] [--time-scale 0.05] [--max-tokens 64]
  *     [--ramp-per-s 1000] [--limit 500] [--extra 200] [--json results/bench-streams.json]
+ *     [--http2 [--sessions 100]]
+ *
+ * --http2 sends phase 1's streams as HTTP/2 (h2c prior knowledge) over --sessions connections,
+ * round-robin, so the gateway holds one socket per stream (the upstream; vLLM speaks HTTP/1.1) plus
+ * the sessions. Phase 2 stays HTTP/1.1 (test/gateway-h2c.test.ts checks the limits over HTTP/2).
  *
  * Each stream needs two sockets in the gateway (client and upstream, HTTP/1.1 both ways), so a
  * process whose open-file limit is N holds at most about (N − 256)/2 streams (256 for the gateway's
@@ -29,11 +34,12 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect as connectH2 } from "node:http2";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { type StreamResult, streamRequest } from "./stream-client.ts";
+import { type StreamResult, streamRequest, streamRequestH2 } from "./stream-client.ts";
 
 const KVGATE = fileURLToPath(new URL("../../../bin/kvgate", import.meta.url));
 
@@ -47,6 +53,8 @@ const { values: a } = parseArgs({
     limit: { type: "string", default: "500" },
     extra: { type: "string", default: "200" },
     json: { type: "string", default: "results/bench-streams.json" },
+    http2: { type: "boolean", default: false },
+    sessions: { type: "string", default: "100" },
   },
 });
 const replicas = Number(a.replicas);
@@ -62,13 +70,18 @@ function openFileLimit(): number {
 }
 const fdLimit = openFileLimit();
 const FD_RESERVE = 256;
-const fdCap = Math.floor((fdLimit - FD_RESERVE) / 2);
+const http2 = a.http2 === true;
+const sessions = Number(a.sessions);
+if (http2 && !(Number.isInteger(sessions) && sessions >= 1))
+  throw new Error(`--sessions must be a positive integer, got ${a.sessions}`);
+// HTTP/2: the clients' streams share --sessions connections; each stream still has its own upstream.
+const fdCap = http2 ? fdLimit - FD_RESERVE - sessions : Math.floor((fdLimit - FD_RESERVE) / 2);
 let streams = Number(a.streams);
 const requestedStreams = streams;
 if (streams > fdCap) {
   console.error(
-    `bench:streams: the open-file limit is ${fdLimit}; each stream needs a client and an upstream socket in the ` +
-      `gateway, so one process holds at most ${fdCap}: running ${fdCap} streams (raise \`ulimit -n\` for ${streams})`,
+    `bench:streams: the open-file limit is ${fdLimit}; each stream needs ${http2 ? "an upstream socket" : "a client and an upstream socket"} in the ` +
+      `gateway, so one process holds at most ${fdCap}: running ${fdCap} streams (raise \`ulimit -n\` for ${streams}${http2 ? "" : ", or use --http2"})`,
   );
   streams = fdCap;
 }
@@ -243,13 +256,19 @@ try {
     }, 1000);
     const t0 = performance.now();
     const pending: Promise<StreamResult>[] = [];
+    const h2 = http2 ? Array.from({ length: sessions }, () => connectH2(`http://127.0.0.1:${g.port}`)) : [];
+    for (const s of h2) s.on("error", () => {}); // each stream reports its own failure
     for (let i = 0; i < streams; i++) {
+      const hooks = {
+        onHead: (status: number) => {
+          if (status === 200) peak = Math.max(peak, ++open);
+        },
+      };
       pending.push(
-        streamRequest(g.port, "/v1/chat/completions", body(i), {
-          onHead: (status) => {
-            if (status === 200) peak = Math.max(peak, ++open);
-          },
-        }).then((r) => {
+        (http2
+          ? streamRequestH2(h2[i % sessions]!, "/v1/chat/completions", body(i), hooks)
+          : streamRequest(g.port, "/v1/chat/completions", body(i), hooks)
+        ).then((r) => {
           if (r.status === 200) open--;
           return r;
         }),
@@ -258,6 +277,7 @@ try {
     }
     const rs = await Promise.all(pending);
     const wall = (performance.now() - t0) / 1000;
+    for (const s of h2) s.close();
     clearInterval(sampler);
     const hwm = rssBytes(g.proc.pid!).hwm;
     const bad = rs.filter((r) => r.status !== 200 || !r.done || r.events === 0 || r.error !== null);
@@ -283,6 +303,8 @@ try {
     results.streams = {
       requested: requestedStreams,
       streams,
+      protocol: http2 ? "h2c" : "http/1.1",
+      clientConnections: http2 ? sessions : streams,
       openFileLimit: fdLimit,
       somaxconn: sysctl("net/core/somaxconn"),
       tcpMaxSynBacklog: sysctl("net/ipv4/tcp_max_syn_backlog"),

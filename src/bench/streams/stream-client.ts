@@ -2,8 +2,10 @@
  * The cheapest client that still checks the answer: one raw TCP connection per streaming request
  * (HTTP/1.1, `connection: close`), the status line parsed, the body scanned for SSE `data:` events
  * and the final `data: [DONE]`. bench:streams opens thousands of these at once, so it keeps no body
- * beyond what a non-200 answer needs for its error JSON.
+ * beyond what a non-200 answer needs for its error JSON. streamRequestH2 is the same check for one
+ * stream of a shared HTTP/2 connection.
  */
+import { type ClientHttp2Session, type ClientHttp2Stream, constants } from "node:http2";
 import { connect } from "node:net";
 
 export interface StreamResult {
@@ -98,5 +100,74 @@ export function streamRequest(
       r.endedAt = performance.now();
       resolve(r);
     });
+  });
+}
+
+/**
+ * The same request as one stream of a shared HTTP/2 connection (h2c prior knowledge, as the
+ * gateway's public port accepts it): `--http2` runs thousands of these over a few sessions.
+ */
+export function streamRequestH2(
+  session: ClientHttp2Session,
+  path: string,
+  body: string,
+  hooks: StreamHooks = {},
+  timeoutMs = 600_000,
+): Promise<StreamResult> {
+  return new Promise((resolve) => {
+    const r: StreamResult = {
+      status: 0,
+      done: false,
+      events: 0,
+      errorBody: "",
+      error: null,
+      startedAt: performance.now(),
+      firstByteAt: 0,
+      endedAt: 0,
+    };
+    let tail = "";
+    let s: ClientHttp2Stream;
+    try {
+      s = session.request({ ":method": "POST", ":path": path, "content-type": "application/json" });
+    } catch (e) {
+      r.error = (e as Error).message;
+      r.endedAt = performance.now();
+      return resolve(r);
+    }
+    s.setTimeout(timeoutMs, () => s.close(constants.NGHTTP2_CANCEL));
+    s.setEncoding("latin1");
+    s.on("response", (h) => {
+      r.firstByteAt = performance.now();
+      r.status = Number(h[":status"]);
+      hooks.onHead?.(r.status);
+    });
+    s.on("data", (chunk: string) => {
+      if (r.status !== 200) {
+        if (r.errorBody.length < 4096) r.errorBody += chunk.slice(0, 4096 - r.errorBody.length);
+        return;
+      }
+      const text = tail + chunk;
+      let from = 0;
+      for (
+        let i = text.indexOf("data: ");
+        i >= 0 && i + 12 <= text.length;
+        i = text.indexOf("data: ", from)
+      ) {
+        if (text.startsWith("data: [DONE]", i)) r.done = true;
+        else r.events++;
+        from = i + 6;
+      }
+      tail = text.slice(Math.max(from, text.length - 11));
+    });
+    s.on("error", (e) => {
+      r.error ??= e.message;
+    });
+    s.on("close", () => {
+      if (s.rstCode && s.rstCode !== constants.NGHTTP2_NO_ERROR)
+        r.error ??= `stream reset (code ${s.rstCode})`;
+      r.endedAt = performance.now();
+      resolve(r);
+    });
+    s.end(body);
   });
 }
