@@ -31,6 +31,7 @@ import { randomUUID } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import type { Dispatcher } from "undici";
 import { errorJson } from "../errors.ts";
+import { responseGone } from "../h2c.ts";
 import { forwardResponseHeaders } from "../headers.ts";
 import { type AttemptFailure, type ForwardOutcome, type ForwardRequest, forward } from "../proxy.ts";
 import {
@@ -232,7 +233,7 @@ function writePrefillError(
   p: Extract<PrefillResult, { kind: "failed" }>,
   pd: string,
 ): number {
-  if (res.headersSent || res.destroyed) return 0;
+  if (res.headersSent || responseGone(res)) return 0;
   if (p.verbatim) {
     const headers = forwardResponseHeaders(p.verbatim.headers);
     headers["content-length"] = p.verbatim.body.length;
