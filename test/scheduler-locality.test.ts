@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import fc from "fast-check";
+import { type InFlightInfo, inflightKey } from "../src/scheduler/plugins/data.ts";
 import {
   LocalityFilter,
   localityFilterSpec,
@@ -191,6 +192,36 @@ schedulingProfiles:
     const allBusy = [at("e:1", "us-east", "z", 6), at("w:1", "us-west", "z", 7)];
     assert.deepEqual(run(g, allBusy), ["e:1"]);
     assert.equal(g.spilling({ [REGION_LABEL]: "us-east" }), 0);
+  });
+
+  it("with inflightTokensThreshold, the gateway's own in-flight prompt tokens count before a scrape shows them", () => {
+    const f = new LocalityFilter("f", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      inflightTokensThreshold: 1000,
+      inFlightLoadProducerName: "i",
+    });
+    assert.deepEqual(
+      f.consumes().required.map((k) => k.name),
+      ["inflight-load/i"],
+    );
+    // Scraped metrics say both regions idle; the gateway has 1,500 tokens in flight on e:1 (1.5).
+    const eps = [at("e:1", "us-east", "z"), at("w:1", "us-west", "z")];
+    const cyc = (tokens: Record<string, number>) => {
+      const x = cycleFor(completion("r", "hi"), eps, 0);
+      const info: InFlightInfo = {
+        requests: () => 0,
+        tokens: (id) => tokens[id] ?? 0,
+        uncachedRequestTokens: () => 0,
+      };
+      x.set(inflightKey("i"), info);
+      return x;
+    };
+    assert.deepEqual(ids(f.filter(cyc({ "e:1": 1500 }), eps)), ["w:1"]);
+    // Without the threshold the same view keeps the request home.
+    const g = new LocalityFilter("g", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    assert.deepEqual(ids(g.filter(cyc({ "e:1": 1500 }), eps)), ["e:1"]);
+    assert.deepEqual(g.consumes().required, []);
   });
 
   it("re-measures at most every remeasureMs on an unchanged pool, and at once when the pool changes", () => {

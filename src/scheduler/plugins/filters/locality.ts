@@ -25,7 +25,8 @@
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
 import { spec } from "../../plugin-spec.ts";
-import type { CycleState, EndpointState, Filter, TypedName } from "../../types.ts";
+import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
+import { type InFlightInfo, inflightKey } from "../data.ts";
 
 export const LOCALITY_FILTER_TYPE = "locality-filter";
 export const REGION_LABEL = "topology.kubernetes.io/region";
@@ -51,6 +52,13 @@ export const localityParams = z
      * Half the default scrape period: the metrics it reads do not change faster. 0 = every request.
      */
     remeasureMs: z.number().nonnegative().default(50),
+    /**
+     * Optional: uncached prompt tokens the gateway itself has in flight on an endpoint that count as
+     * saturation 1.0 (from the inflight-load-producer named by inFlightLoadProducerName). The
+     * gateway's own dispatches are fresher than any scrape, so a spike is seen at its first requests.
+     */
+    inflightTokensThreshold: z.number().positive().optional(),
+    inFlightLoadProducerName: z.string().min(1).optional(),
     /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
     rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
   })
@@ -79,6 +87,8 @@ export class LocalityFilter implements Filter {
   >();
   /** The configured origin's key (most requests carry no locality of their own). */
   readonly #originKey: string;
+  /** The in-flight view, when inflightTokensThreshold is set. */
+  readonly #inflight: DataKey<InFlightInfo> | null;
   /** remeasureMs in seconds. */
   readonly #remeasureS: number;
 
@@ -91,7 +101,29 @@ export class LocalityFilter implements Filter {
       metricsStalenessThreshold: this.params.metricsStalenessThreshold,
     });
     this.#remeasureS = this.params.remeasureMs / 1000;
+    this.#inflight =
+      this.params.inflightTokensThreshold === undefined
+        ? null
+        : inflightKey(this.params.inFlightLoadProducerName ?? "inflight-load-producer");
     this.#originKey = originKey(this.params.labels, this.params.origin);
+  }
+
+  consumes() {
+    return { required: this.#inflight ? [this.#inflight] : [] };
+  }
+
+  /** One endpoint's saturation: the utilization measure, or the in-flight term when larger. */
+  #saturation(e: EndpointState, now: number, inflight: InFlightInfo | undefined): number {
+    const s = this.#measure.endpointSaturation(e, now);
+    if (inflight === undefined) return s;
+    return Math.max(s, inflight.tokens(e.id) / (this.params.inflightTokensThreshold as number));
+  }
+
+  #groupSaturation(g: readonly EndpointState[], now: number, inflight: InFlightInfo | undefined): number {
+    if (g.length === 0) return 1;
+    let sum = 0;
+    for (const e of g) sum += this.#saturation(e, now, inflight);
+    return sum / g.length;
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
@@ -109,7 +141,8 @@ export class LocalityFilter implements Filter {
     if (groups.length === 1) return endpoints;
     if (!this.params.spill) return groups[0];
     if (fresh && last.groups === groups) return last.out;
-    const out = this.#spill(key, groups, now, last?.out);
+    const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
+    const out = this.#spill(key, groups, now, last?.out, inflight);
     this.#measured.set(key, { at: now, groups, out });
     return out;
   }
@@ -120,6 +153,7 @@ export class LocalityFilter implements Filter {
     groups: EndpointState[][],
     now: number,
     prev: readonly EndpointState[] | undefined,
+    inflight: InFlightInfo | undefined,
   ): readonly EndpointState[] {
     const was = this.#spilling.get(key) ?? 0;
     // The nearest group with headroom joins while the groups already in are saturated together (or
@@ -131,11 +165,11 @@ export class LocalityFilter implements Filter {
     let next = 1;
     while (next < groups.length) {
       const last = groups[joined[joined.length - 1]];
-      for (const e of last) sum += this.#measure.endpointSaturation(e, now);
+      for (const e of last) sum += this.#saturation(e, now, inflight);
       n += last.length;
       const threshold = joined.length - 1 < was ? this.params.recoverThreshold : this.params.spillThreshold;
       if (sum / n < threshold) break;
-      while (next < groups.length && this.#measure.saturation(groups[next], now) >= 1) next++;
+      while (next < groups.length && this.#groupSaturation(groups[next], now, inflight) >= 1) next++;
       if (next === groups.length) break;
       joined.push(next++);
     }
@@ -152,7 +186,7 @@ export class LocalityFilter implements Filter {
     const out: EndpointState[] = [];
     for (const g of joined.slice(0, -1))
       for (const e of groups[g])
-        if (this.#measure.endpointSaturation(e, now) < this.params.spillThreshold) out.push(e);
+        if (this.#saturation(e, now, inflight) < this.params.spillThreshold) out.push(e);
     for (const e of groups[joined[joined.length - 1]]) out.push(e);
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
     if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
@@ -237,5 +271,9 @@ export const localityFilterSpec = spec({
     "Keeps the gateway's own locality (region/zone labels) and spills to the nearest other one only while it is saturated, with hysteresis (kvgate).",
   params: localityParams,
   kvgateOnly: true,
+  needs: (p) =>
+    (p as LocalityParams).inflightTokensThreshold === undefined
+      ? []
+      : [{ family: "inflight-load", param: "inFlightLoadProducerName", required: true }],
   factory: (name, params) => new LocalityFilter(name, params as LocalityParams),
 });
