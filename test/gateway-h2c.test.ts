@@ -227,3 +227,32 @@ test("h2c: a connection over --max-connections gets 503 per stream, then GOAWAY"
     await up.close();
   }
 });
+
+test("h2c: shutdown sends GOAWAY and lets the streams in flight finish", { timeout: 20_000 }, async () => {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const up = await replica((_q, res: ServerResponse) => {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.write('data: {"n":1}\n\n');
+    void held.then(() => res.end("data: [DONE]\n\n"));
+  });
+  const gw = await gateway(up, { drainTimeoutMs: 10_000 });
+  const session = connect(gw.url);
+  try {
+    const inFlight = post(session, chat("a", true));
+    await waitFor(() => gw.gateway.active === 1, "stream admitted");
+    const away = new Promise<void>((r) => session.once("goaway", () => r()));
+    const closing = gw.close();
+    await away;
+    release();
+    const r = await inFlight;
+    assert.equal(r.status, 200);
+    assert.ok(r.text.endsWith("data: [DONE]\n\n"), r.text);
+    await closing;
+  } finally {
+    release();
+    session.destroy();
+    await gw.close();
+    await up.close();
+  }
+});
