@@ -9,7 +9,7 @@
  */
 
 import type { Command } from "commander";
-import type { BoundAddress } from "../gateway/gateway.ts";
+import type { BoundAddress, GatewayOptions } from "../gateway/gateway.ts";
 import { AUTOSCALE_FLAG, startAutoscale } from "./autoscale-flag.ts";
 import { integer, oneOf, port, positive } from "./flag-values.ts";
 import { addPrefillLegOptions } from "./pd-flags.ts";
@@ -175,39 +175,12 @@ export function registerServe(program: Command): Command {
     let gw: Awaited<ReturnType<typeof startGateway>>;
     try {
       gw = await startGateway({
-        host: flags.host,
-        port: flags.port,
-        adminHost: flags.adminHost,
-        adminPort: flags.adminPort,
+        ...gatewayOptions(flags),
         endpoints: flags.endpoints,
         endpointsFile: flags.endpointsFile,
         configFile: flags.config,
-        modelObjectivesFile: flags.modelObjectives,
-        scrapeIntervalMs: flags.scrapeIntervalMs,
-        scrapeTimeoutMs: flags.scrapeTimeoutMs,
-        maxBodyBytes: flags.maxBodyBytes,
-        maxConcurrentRequests: flags.maxConcurrentRequests,
-        maxConnections: flags.maxConnections,
-        maxAttempts: flags.maxAttempts,
-        drainTimeoutMs: flags.drainTimeoutMs,
-        headersTimeoutMs: flags.headersTimeoutMs,
-        requestTimeoutMs: flags.requestTimeoutMs,
-        upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
-        upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
-        failureThreshold: flags.failureThreshold,
-        tokenizer: flags.tokenizer,
-        tokenizerCacheBytes: flags.tokenizerCacheBytes,
-        tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
         poolName: flags.poolName,
-        servedEndpointHeader: flags.servedEndpointHeader,
-        pdLegs: flags.pdLegs,
-        prefillFailurePolicy: flags.prefillFailurePolicy,
-        prefillMaxRetries: flags.prefillMaxRetries,
-        prefillRetryBackoffMs: flags.prefillRetryBackoff,
-        prefillTimeoutMs: flags.prefillTimeout,
         nats: flags.nats,
-        migrateStreams: flags.migrateStreams,
-        migrationLimit: flags.migrationLimit,
         natsSubject: flags.natsSubject,
       });
     } catch (err) {
@@ -263,6 +236,40 @@ export function registerServe(program: Command): Command {
 }
 
 /** `kvgate serve --pools`: the multi-pool front door (gateway/multi-pool/front.ts). */
+/** The options every gateway takes from serve's flags, with or without --pools. */
+function gatewayOptions(flags: Flags) {
+  return {
+    host: flags.host,
+    port: flags.port,
+    adminHost: flags.adminHost,
+    adminPort: flags.adminPort,
+    modelObjectivesFile: flags.modelObjectives,
+    scrapeIntervalMs: flags.scrapeIntervalMs,
+    scrapeTimeoutMs: flags.scrapeTimeoutMs,
+    maxBodyBytes: flags.maxBodyBytes,
+    maxConcurrentRequests: flags.maxConcurrentRequests,
+    maxConnections: flags.maxConnections,
+    maxAttempts: flags.maxAttempts,
+    drainTimeoutMs: flags.drainTimeoutMs,
+    headersTimeoutMs: flags.headersTimeoutMs,
+    requestTimeoutMs: flags.requestTimeoutMs,
+    upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
+    upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
+    failureThreshold: flags.failureThreshold,
+    tokenizer: flags.tokenizer,
+    tokenizerCacheBytes: flags.tokenizerCacheBytes,
+    tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
+    servedEndpointHeader: flags.servedEndpointHeader,
+    pdLegs: flags.pdLegs,
+    prefillFailurePolicy: flags.prefillFailurePolicy,
+    prefillMaxRetries: flags.prefillMaxRetries,
+    prefillRetryBackoffMs: flags.prefillRetryBackoff,
+    prefillTimeoutMs: flags.prefillTimeout,
+    migrateStreams: flags.migrateStreams,
+    migrationLimit: flags.migrationLimit,
+  } satisfies Partial<GatewayOptions>;
+}
+
 async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
   if (flags.endpoints !== undefined || flags.endpointsFile !== undefined || flags.config !== undefined)
     cmd.error(
@@ -277,34 +284,7 @@ async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
   try {
     h = await startMultiPool({
       poolsFile: flags.pools,
-      host: flags.host,
-      port: flags.port,
-      adminHost: flags.adminHost,
-      adminPort: flags.adminPort,
-      modelObjectivesFile: flags.modelObjectives,
-      scrapeIntervalMs: flags.scrapeIntervalMs,
-      scrapeTimeoutMs: flags.scrapeTimeoutMs,
-      maxBodyBytes: flags.maxBodyBytes,
-      maxConcurrentRequests: flags.maxConcurrentRequests,
-      maxConnections: flags.maxConnections,
-      maxAttempts: flags.maxAttempts,
-      drainTimeoutMs: flags.drainTimeoutMs,
-      headersTimeoutMs: flags.headersTimeoutMs,
-      requestTimeoutMs: flags.requestTimeoutMs,
-      upstreamHeadersTimeoutMs: flags.upstreamTimeoutMs,
-      upstreamBodyTimeoutMs: flags.upstreamTimeoutMs,
-      failureThreshold: flags.failureThreshold,
-      tokenizer: flags.tokenizer,
-      tokenizerCacheBytes: flags.tokenizerCacheBytes,
-      tokenizeTimeoutMs: flags.tokenizeTimeoutMs,
-      servedEndpointHeader: flags.servedEndpointHeader,
-      pdLegs: flags.pdLegs,
-      prefillFailurePolicy: flags.prefillFailurePolicy,
-      prefillMaxRetries: flags.prefillMaxRetries,
-      prefillRetryBackoffMs: flags.prefillRetryBackoff,
-      prefillTimeoutMs: flags.prefillTimeout,
-      migrateStreams: flags.migrateStreams,
-      migrationLimit: flags.migrationLimit,
+      ...gatewayOptions(flags),
     });
   } catch (err) {
     const e = err as Error;
