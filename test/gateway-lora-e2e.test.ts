@@ -26,7 +26,9 @@ before(async () => {
     [0, 1, 2].map(() =>
       startTestReplica({
         servedModelName: "base",
-        timeScale: 10,
+        // Real time: the two holding requests (7,000 tokens) then outlast the test by far even on a
+        // loaded machine; at 10× they could finish mid-test and free A's slot (a flake in CI).
+        timeScale: 1,
         lora: {
           enableLora: true,
           maxLoras: 1,
@@ -81,6 +83,13 @@ after(async () => {
 test("a LoRA request lands on the replica with the adapter loaded", { timeout: 60_000 }, async () => {
   const before = replicas.map(served);
   for (let i = 0; i < 8; i++) {
+    // A scrape that caught the previous request queued on A would show A with a waiting request
+    // until the next scrape, and queue-scorer (weight 2) outweighs the adapter's edge over a free
+    // slot (4 × 0.2): this test is about adapters, so each request waits for a view without that.
+    await waitFor(
+      () => gw.gateway.data.store.all().every((e) => (e.state.metrics?.waitingQueueSize ?? 1) === 0),
+      10_000,
+    );
     const res = await postJson(`${gw.url}/v1/completions`, {
       model: "sql-lora",
       prompt: `Question ${i}: ${"list the tables of schema s".repeat(1 + i)} ${i * 7919}`,
