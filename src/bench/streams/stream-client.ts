@@ -29,6 +29,42 @@ export interface StreamHooks {
   onHead?: (status: number) => void;
 }
 
+function newResult(): StreamResult {
+  return {
+    status: 0,
+    done: false,
+    events: 0,
+    errorBody: "",
+    error: null,
+    startedAt: performance.now(),
+    firstByteAt: 0,
+    endedAt: 0,
+  };
+}
+
+/**
+ * A body reader for `r`: an error body is kept (4 KiB at most); a 200 body is scanned for SSE events
+ * and the `[DONE]` marker, judged once all 12 bytes of "data: [DONE]" could be seen (the unjudged end
+ * is carried to the next chunk).
+ */
+function bodyScanner(r: StreamResult): (chunk: string) => void {
+  let tail = "";
+  return (chunk) => {
+    if (r.status !== 200) {
+      if (r.errorBody.length < 4096) r.errorBody += chunk.slice(0, 4096 - r.errorBody.length);
+      return;
+    }
+    const text = tail + chunk;
+    let from = 0;
+    for (let i = text.indexOf("data: "); i >= 0 && i + 12 <= text.length; i = text.indexOf("data: ", from)) {
+      if (text.startsWith("data: [DONE]", i)) r.done = true;
+      else r.events++;
+      from = i + 6;
+    }
+    tail = text.slice(Math.max(from, text.length - 11));
+  };
+}
+
 export function streamRequest(
   port: number,
   path: string,
@@ -37,19 +73,9 @@ export function streamRequest(
   timeoutMs = 600_000,
 ): Promise<StreamResult> {
   return new Promise((resolve) => {
-    const r: StreamResult = {
-      status: 0,
-      done: false,
-      events: 0,
-      errorBody: "",
-      error: null,
-      startedAt: performance.now(),
-      firstByteAt: 0,
-      endedAt: 0,
-    };
+    const r = newResult();
     let head = "";
     let inBody = false;
-    let tail = "";
     const s = connect({ host: "127.0.0.1", port });
     s.setNoDelay(true);
     s.setTimeout(timeoutMs, () => s.destroy(new Error(`no byte for ${timeoutMs} ms`)));
@@ -60,25 +86,7 @@ export function streamRequest(
           `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
       );
     });
-    const scan = (chunk: string) => {
-      if (r.status !== 200) {
-        if (r.errorBody.length < 4096) r.errorBody += chunk.slice(0, 4096 - r.errorBody.length);
-        return;
-      }
-      // A marker is judged once all 12 bytes of "data: [DONE]" could be seen; the unjudged end is kept.
-      const text = tail + chunk;
-      let from = 0;
-      for (
-        let i = text.indexOf("data: ");
-        i >= 0 && i + 12 <= text.length;
-        i = text.indexOf("data: ", from)
-      ) {
-        if (text.startsWith("data: [DONE]", i)) r.done = true;
-        else r.events++;
-        from = i + 6;
-      }
-      tail = text.slice(Math.max(from, text.length - 11));
-    };
+    const scan = bodyScanner(r);
     s.on("data", (chunk: string) => {
       if (!r.firstByteAt) r.firstByteAt = performance.now();
       if (inBody) return scan(chunk);
@@ -115,17 +123,7 @@ export function streamRequestH2(
   timeoutMs = 600_000,
 ): Promise<StreamResult> {
   return new Promise((resolve) => {
-    const r: StreamResult = {
-      status: 0,
-      done: false,
-      events: 0,
-      errorBody: "",
-      error: null,
-      startedAt: performance.now(),
-      firstByteAt: 0,
-      endedAt: 0,
-    };
-    let tail = "";
+    const r = newResult();
     let s: ClientHttp2Stream;
     try {
       s = session.request({ ":method": "POST", ":path": path, "content-type": "application/json" });
@@ -141,24 +139,7 @@ export function streamRequestH2(
       r.status = Number(h[":status"]);
       hooks.onHead?.(r.status);
     });
-    s.on("data", (chunk: string) => {
-      if (r.status !== 200) {
-        if (r.errorBody.length < 4096) r.errorBody += chunk.slice(0, 4096 - r.errorBody.length);
-        return;
-      }
-      const text = tail + chunk;
-      let from = 0;
-      for (
-        let i = text.indexOf("data: ");
-        i >= 0 && i + 12 <= text.length;
-        i = text.indexOf("data: ", from)
-      ) {
-        if (text.startsWith("data: [DONE]", i)) r.done = true;
-        else r.events++;
-        from = i + 6;
-      }
-      tail = text.slice(Math.max(from, text.length - 11));
-    });
+    s.on("data", bodyScanner(r));
     s.on("error", (e) => {
       r.error ??= e.message;
     });
