@@ -192,20 +192,7 @@ export function registerServe(program: Command): Command {
     }
     // Handlers first: a supervisor (or test) may signal as soon as it reads the startup line, and a
     // signal without a handler would kill the process instead of draining it.
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) return;
-      stopping = true;
-      console.error(`kvgate serve: ${signal}, draining`);
-      const force = setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000);
-      force.unref();
-      gw.close().then(
-        () => process.exit(0),
-        () => process.exit(0),
-      );
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
+    drainOnSignals(() => gw.close(), flags.drainTimeoutMs);
     try {
       startAutoscale(gw.gateway, flags.autoscaleConfig);
     } catch (err) {
@@ -236,6 +223,23 @@ export function registerServe(program: Command): Command {
 }
 
 /** `kvgate serve --pools`: the multi-pool front door (gateway/multi-pool/front.ts). */
+/** SIGTERM/SIGINT drain through `close` and exit; a drain longer than the timeout (+5 s) is cut. */
+function drainOnSignals(close: () => Promise<void>, drainTimeoutMs: number): void {
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`kvgate serve: ${signal}, draining`);
+    setTimeout(() => process.exit(0), drainTimeoutMs + 5000).unref();
+    close().then(
+      () => process.exit(0),
+      () => process.exit(0),
+    );
+  };
+  process.once("SIGTERM", () => stop("SIGTERM"));
+  process.once("SIGINT", () => stop("SIGINT"));
+}
+
 /** The options every gateway takes from serve's flags, with or without --pools. */
 function gatewayOptions(flags: Flags) {
   return {
@@ -298,19 +302,7 @@ async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
     console.error(`kvgate serve: cannot start: ${e.message}`);
     process.exit(1);
   }
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    console.error(`kvgate serve: ${signal}, draining`);
-    setTimeout(() => process.exit(0), flags.drainTimeoutMs + 5000).unref();
-    h.close().then(
-      () => process.exit(0),
-      () => process.exit(0),
-    );
-  };
-  process.once("SIGTERM", () => stop("SIGTERM"));
-  process.once("SIGINT", () => stop("SIGINT"));
+  drainOnSignals(() => h.close(), flags.drainTimeoutMs);
   const pools = [...h.front.pools].map(([name, gw]) => `${name} (${gw.data.store.size} endpoint(s))`);
   const t = h.front.trusted;
   console.log(
