@@ -11,7 +11,12 @@
  * for flows holding less than their share: once the band knows more than one flow (flows are
  * forgotten flowGcAfter after their last request), a flow that floods the gate stops at
  * ceiling − holdback, and another flow's request is dispatched at once instead of waiting for one
- * of the flood's requests to end.
+ * of the flood's requests to end. A band's `prefillReserve` (the same policy's) keeps that many
+ * endpoints free of long prefills for flows that have none pending: dispatch is given the
+ * endpoints, the caller reports where each request went (placed) and when its first token came
+ * back or it ended (prefillEnded), and, while the band knows more than one flow, a flow whose long
+ * prefill is still pending starts another only while more than prefillReserve endpoints have none
+ * (prefill-reserve.ts); held like that, another flow of the band goes, else the cycle stops.
  * Outcomes and statuses as llm-d-router's admission translates them (`requestcontrol/admission.go`):
  * capacity → 429 rejected-saturated (503 rejected-no-endpoints with an empty pool), TTL → 503
  * rejected-ttl-expired, client gone → rejected-context-cancelled.
@@ -29,6 +34,7 @@ import {
   type Rejection,
 } from "./flow-types.ts";
 import { ceilings } from "./policies.ts";
+import { PrefillTracker } from "./prefill-reserve.ts";
 
 export * from "./flow-types.ts";
 
@@ -50,6 +56,8 @@ interface Flow {
   lastActive: number;
   /** Dispatched and not yet completed or released. */
   inflight: number;
+  /** Long prefills dispatched and still pending (prefill reserve; 0 without one). */
+  longPending: number;
 }
 interface Band {
   s: BandSettings;
@@ -72,11 +80,20 @@ export class FlowController {
   #seq = 0;
   #count = 0;
   #bytes = 0;
+  /** Long prefills dispatched and pending, when a band has a prefill reserve. */
+  readonly #prefill = new PrefillTracker();
+  /** Prompts of at least this many tokens are long prefills: the smallest over bands with a reserve. */
+  #longPrefill = Number.POSITIVE_INFINITY;
 
   constructor(settings: FlowControlSettings) {
     this.settings = settings;
     for (const b of settings.bands) this.#band(b.priority, b);
     if (!this.#bands.has(0)) this.#band(0);
+  }
+
+  /** Long prefills dispatched whose first token has not come back (prefill reserve). */
+  get pendingPrefills(): number {
+    return this.#prefill.size;
   }
 
   get size(): number {
@@ -96,6 +113,9 @@ export class FlowController {
       priority,
     };
     b = { s: t, flows: new Map(), count: 0, bytes: 0, cursor: null, floor: 0, inflight: 0 };
+    const f = t.fairness;
+    if (f.kind === "vtc" && (f.prefillReserve ?? 0) > 0)
+      this.#longPrefill = Math.min(this.#longPrefill, f.longPrefillTokens ?? 1024);
     this.#bands.set(priority, b);
     this.#bandOrder = [...this.#bands.values()].sort((x, y) => y.s.priority - x.s.priority);
     return b;
@@ -139,6 +159,7 @@ export class FlowController {
         counter: 0,
         lastActive: now,
         inflight: 0,
+        longPending: 0,
       };
       band.flows.set(req.fairnessId, flow);
     }
@@ -198,10 +219,12 @@ export class FlowController {
    * above `saturation` gives one; a non-empty band at or over its ceiling stops the cycle (llm-d's
    * deliberate head-of-line blocking). With a band holdback h and more than one flow known to the
    * band, at saturation ≥ ceiling − h only its flows below their share of the band's in flight
-   * (in flight ÷ active flows) may go; if none is queued the cycle stops there too. Null when
-   * nothing may go.
+   * (in flight ÷ active flows) may go; with a band prefill reserve r, more than one flow known and
+   * `endpoints` given, a flow whose next request is a long prefill while one of its long prefills is
+   * pending may go only while more than r of `endpoints` have no long prefill pending. If no flow of
+   * the band may go the cycle stops there too. Null when nothing may go.
    */
-  dispatch(now: number, saturation: number): Left | null {
+  dispatch(now: number, saturation: number, endpoints?: readonly string[]): Left | null {
     const order = this.#bandOrder;
     const cs = ceilings(
       this.settings.usageLimit,
@@ -211,14 +234,22 @@ export class FlowController {
       const band = order[i];
       if (band.count === 0) continue;
       if (saturation >= cs[i]) return null;
-      const h = band.s.fairness.kind === "vtc" ? (band.s.fairness.holdback ?? 0) : 0;
+      const fair = band.s.fairness;
+      const h = fair.kind === "vtc" ? (fair.holdback ?? 0) : 0;
+      const r = fair.kind === "vtc" ? (fair.prefillReserve ?? 0) : 0;
       // Only a band that knows another flow (seen within flowGcAfter) has someone to hold it for.
-      const held = h > 0 && band.flows.size > 1 && saturation >= cs[i] - h;
-      const flow = pickFlow(band, held ? underShare(band) : null);
+      const others = band.flows.size > 1;
+      const held = h > 0 && others && saturation >= cs[i] - h;
+      const reserved =
+        r > 0 && others && endpoints !== undefined && this.#prefill.free(endpoints) <= r
+          ? (f: Flow) => f.longPending === 0 || f.items[0].req.promptTokens < this.#longPrefill
+          : null;
+      const share = held ? underShare(band) : null;
+      const eligible = share && reserved ? (f: Flow) => share(f) && reserved(f) : (share ?? reserved ?? null);
+      const flow = pickFlow(band, eligible);
       if (flow === null) return null;
       const item = flow.items[0];
       this.#take(band, flow, item);
-      const fair = band.s.fairness;
       if (fair.kind === "vtc") {
         flow.counter += fair.promptTokenWeight * item.req.promptTokens;
         band.floor = flow.counter;
@@ -228,9 +259,30 @@ export class FlowController {
       flow.inflight++;
       band.inflight++;
       band.cursor = flow.id;
+      if (item.req.promptTokens >= this.#longPrefill) {
+        this.#prefill.dispatched(item.req.id, { fairnessId: flow.id, priority: band.s.priority });
+        flow.longPending++;
+      }
       return { request: item.req, waited: now - item.enqueuedAt, outcome: "Dispatched" };
     }
     return null;
+  }
+
+  /** The scheduler sent dispatched request `id` to `endpoint` (prefill reserve bookkeeping). */
+  placed(id: string, endpoint: string): void {
+    this.#prefill.placed(id, endpoint);
+  }
+
+  /**
+   * Request `id`'s first token came back, or it ended without one: its prefill is no longer
+   * pending. Idempotent; true if it was a pending long prefill (a held flow may go now).
+   */
+  prefillEnded(id: string): boolean {
+    const p = this.#prefill.ended(id);
+    if (p === undefined) return false;
+    const flow = this.#bands.get(p.priority)?.flows.get(p.fairnessId);
+    if (flow !== undefined && flow.longPending > 0) flow.longPending--;
+    return true;
   }
 
   /** A dispatched request finished: its output tokens (and any prompt-count correction) are served. */
@@ -298,7 +350,12 @@ export class FlowController {
   gc(now: number): void {
     for (const b of this.#bands.values())
       for (const [id, f] of b.flows)
-        if (f.items.length === 0 && f.inflight === 0 && now - f.lastActive >= this.settings.flowGcAfter)
+        if (
+          f.items.length === 0 &&
+          f.inflight === 0 &&
+          f.longPending === 0 &&
+          now - f.lastActive >= this.settings.flowGcAfter
+        )
           b.flows.delete(id);
   }
 
@@ -325,6 +382,9 @@ export class FlowController {
             servedTokens: f.servedTokens,
             inflight: f.inflight,
             ...(b.s.fairness.kind === "vtc" ? { virtualCounter: f.counter } : {}),
+            ...(b.s.fairness.kind === "vtc" && (b.s.fairness.prefillReserve ?? 0) > 0
+              ? { longPrefillsPending: f.longPending }
+              : {}),
           })),
       })),
     };

@@ -88,6 +88,8 @@ export interface FlowView {
   /** Dispatched and not yet finished. */
   inflight: number;
   virtualCounter?: number;
+  /** Long prefills dispatched without their first token yet (bands with a prefill reserve). */
+  longPrefillsPending?: number;
 }
 export interface FlowsView {
   queued: number;

@@ -3,7 +3,15 @@
  * `pkg/epp/framework/plugins/flowcontrol/{fairness,ordering,usagelimits}/`):
  *   fairness (which flow of a band goes next): global-strict-fairness-policy (default),
  *     round-robin-fairness-policy, and kvgate's vtc-fairness-policy (token-weighted fair sharing,
- *     Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024; llm-d has no such policy);
+ *     Sheng et al., "Fairness in Serving Large Language Models", OSDI 2024; llm-d has no such policy).
+ *     Its kvgate-only `holdback` keeps the top of the saturation ceiling for flows below their share
+ *     of the band's in-flight requests; its `prefillReserve` (replicas, default 0 = off) keeps that
+ *     many endpoints free of long prefills for flows with none in flight: while the band knows
+ *     another flow, a flow that already has a long prefill pending (a dispatched prompt of at least
+ *     `longPrefillTokens`, default 1,024, without its first token yet) may start another only while
+ *     more than `prefillReserve` endpoints have none (prefill-reserve.ts) — so a flooding tenant
+ *     prefills on at most N − prefillReserve replicas at once and another tenant's short request
+ *     finds a replica whose step carries no long prefill;
  *   ordering (which request of a flow goes next): fcfs-ordering-policy (default), edf-ordering-policy
  *     (deadline = enqueue + TTL), slo-deadline-ordering-policy (deadline = received + TTFT SLO);
  *   usage limit (the saturation ceiling per band): static-usage-limit-policy (default, threshold 1.0),
@@ -29,9 +37,17 @@ export type FairnessSettings =
   /**
    * Counter += promptTokenWeight·prompt tokens at dispatch, outputTokenWeight·output tokens at
    * completion. holdback: the top of the band's saturation ceiling kept for flows below their
-   * share of the band's in flight (0 or absent: none).
+   * share of the band's in flight (0 or absent: none). prefillReserve: endpoints kept free of long
+   * prefills (prompts of at least longPrefillTokens) for flows with none pending (absent: none).
    */
-  | { kind: "vtc"; promptTokenWeight: number; outputTokenWeight: number; holdback?: number };
+  | {
+      kind: "vtc";
+      promptTokenWeight: number;
+      outputTokenWeight: number;
+      holdback?: number;
+      prefillReserve?: number;
+      longPrefillTokens?: number;
+    };
 
 export type OrderingKind = "fcfs" | "edf" | "slo-deadline";
 
@@ -60,6 +76,8 @@ const vtcParams = z.strictObject({
   promptTokenWeight: z.number().nonnegative().default(1),
   outputTokenWeight: z.number().nonnegative().default(2),
   holdback: z.number().min(0).max(1).optional(),
+  prefillReserve: z.number().int().min(0).default(0),
+  longPrefillTokens: z.number().int().positive().default(1024),
 });
 const staticParams = z.strictObject({ threshold: z.number().positive().default(1) });
 const holdbackParams = z
@@ -104,7 +122,7 @@ export const FLOW_POLICY_SPECS = [
   })),
   policySpec(
     VTC,
-    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC); holdback keeps the top of the ceiling for flows below their share.",
+    "Flow control: the least-served flow goes next, by prompt and output tokens served (VTC); holdback keeps the top of the ceiling for flows below their share; prefillReserve keeps endpoints free of a flow's second long prefill.",
     vtcParams as unknown as z.ZodType<Record<string, unknown>>,
     (p) => ({
       role: "fairness",
@@ -113,6 +131,9 @@ export const FLOW_POLICY_SPECS = [
         promptTokenWeight: p.promptTokenWeight as number,
         outputTokenWeight: p.outputTokenWeight as number,
         ...(typeof p.holdback === "number" && p.holdback > 0 ? { holdback: p.holdback } : {}),
+        ...((p.prefillReserve as number) > 0
+          ? { prefillReserve: p.prefillReserve as number, longPrefillTokens: p.longPrefillTokens as number }
+          : {}),
       },
     }),
     true,

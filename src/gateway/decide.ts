@@ -13,7 +13,7 @@ import { createRng } from "../scheduler/rng.ts";
 import type { EndpointState, RequestFacts, ScheduleResult } from "../scheduler/types.ts";
 import { withoutPrompt } from "../scheduler/types.ts";
 import { GatewayError } from "./errors.ts";
-import { admit, fairnessIdOf, releaseFlow } from "./flow-gate.ts";
+import { admit, fairnessIdOf, placeFlow, releaseFlow } from "./flow-gate.ts";
 import type { Gateway } from "./gateway.ts";
 import { headerValue } from "./headers.ts";
 import type { Outcome, ReqLabels } from "./metrics.ts";
@@ -249,6 +249,7 @@ export async function decide(
   for (const f of primary?.fallbacks ?? []) if (!targets.includes(f.id)) targets.push(f.id);
   const outcome = result.outcome;
   const prefillHost = outcome?.prefillTarget?.id ?? null;
+  placeFlow(gw, p, prefillHost ?? target.id);
   const pdDecision = outcome?.decision ?? null;
   // The decider wanted a remote prefill and no prefill endpoint could take it: never a silent
   // decode-only (llm-d-router#2427). "fail" answers 503 as llm-d does since PR #2521; "recompute"

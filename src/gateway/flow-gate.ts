@@ -5,7 +5,9 @@
  * The gate is re-checked on a short timer while anything is queued, and whenever a response
  * completes; a client that disconnects while queued leaves the queue at once; a draining gateway
  * rejects what is queued (503 rejected-shutting-down). The response's token usage is reported back
- * (flow-usage.ts) so token-weighted fairness (VTC) charges output.
+ * (flow-usage.ts) so token-weighted fairness (VTC) charges output. For vtc-fairness-policy's
+ * prefill reserve the gate also learns where each dispatched request went (placeFlow, after the
+ * pick) and when its first response byte came back (prefilledFlow), and re-checks the gate then.
  * Without the gate, llm-d's legacy admission applies unchanged (429 for a sheddable request at
  * saturation ≥ 1). The fairness id (x-llm-d-inference-fairness-id, alias
  * x-gateway-inference-fairness-id; else the objective's name; else "default-flow") only picks the
@@ -70,8 +72,11 @@ export class FlowGate {
     );
   }
 
-  /** Pool saturation (the configured detector over every ready endpoint) and whether the pool is empty. */
-  saturation(now: number): { value: number; empty: boolean } {
+  /**
+   * Pool saturation (the configured detector over every ready endpoint), whether the pool is empty,
+   * and the ready endpoints' ids (the prefill reserve counts the ones free of long prefills).
+   */
+  saturation(now: number): { value: number; empty: boolean; ids: string[] } {
     const c = this.#gw.data.store.candidates(null, now);
     const eps = c.ok ? c.candidates : [];
     let value: number;
@@ -80,7 +85,7 @@ export class FlowGate {
       for (const f of this.#inflight.values()) tokens += f.req.promptTokens;
       value = this.#concurrency.saturation(this.#inflight.size, tokens, eps.length);
     } else value = this.#routing.admission.detector.saturation(eps, now);
-    return { value, empty: eps.length === 0 };
+    return { value, empty: eps.length === 0, ids: eps.map((e) => e.id) };
   }
 
   /** Queues `req` and resolves once it is dispatched, rejected, expired or its client is gone. */
@@ -135,13 +140,21 @@ export class FlowGate {
         this.#settle(e.request.id, { ok: false, rejection: e.rejection });
       }
     }
-    for (let d = this.controller.dispatch(now, sat.value); d; d = this.controller.dispatch(now, sat.value)) {
+    for (
+      let d = this.controller.dispatch(now, sat.value, sat.ids);
+      d;
+      d = this.controller.dispatch(now, sat.value, sat.ids)
+    ) {
       m.outcome(d.request, d.outcome, d.waited);
       this.#inflight.set(d.request.id, { req: d.request, at: now, gate: this });
       this.#settle(d.request.id, { ok: true });
       sat = this.saturation(now);
     }
-    for (const [id, f] of this.#inflight) if (now - f.at > INFLIGHT_FORGET_S) this.#inflight.delete(id);
+    for (const [id, f] of this.#inflight)
+      if (now - f.at > INFLIGHT_FORGET_S) {
+        this.#inflight.delete(id);
+        f.gate.controller.prefillEnded(id);
+      }
     this.controller.gc(now);
     if (this.controller.size > 0 && this.#timer === null) {
       this.#timer = setInterval(() => this.pump(), FLOW_TICK_MS);
@@ -160,12 +173,24 @@ export class FlowGate {
     const f = this.#inflight.get(requestId);
     if (!f) return;
     this.#inflight.delete(requestId);
+    f.gate.controller.prefillEnded(requestId);
     if (usage) {
       const correction = usage.promptTokens === undefined ? 0 : usage.promptTokens - f.req.promptTokens;
       f.gate.controller.completed(f.req.fairnessId, f.req.priority, usage.outputTokens, correction);
     } else f.gate.controller.released(f.req.fairnessId, f.req.priority);
     if (f.gate !== this && f.gate.controller.size > 0) f.gate.pump();
     if (this.controller.size > 0) this.pump();
+  }
+
+  /** The scheduler sent a request this gateway dispatched to `endpoint`. */
+  placed(requestId: string, endpoint: string): void {
+    this.#inflight.get(requestId)?.gate.controller.placed(requestId, endpoint);
+  }
+
+  /** A dispatched request's first response byte came back: its prefill is done; re-checks the gate. */
+  prefilled(requestId: string): void {
+    const gate = this.#inflight.get(requestId)?.gate;
+    if (gate?.controller.prefillEnded(requestId) && gate.controller.size > 0) gate.pump();
   }
 
   snapshot(): FlowsView & { saturation: number } {
@@ -255,6 +280,20 @@ export async function admit(
       reason: "rejected-no-endpoints",
     });
   return null;
+}
+
+/** decide() picked `endpoint` for a request flow control dispatched (the prefill reserve's bookkeeping). */
+export function placeFlow(
+  gw: Gateway,
+  p: { routing: Routing; facts: { requestId: string } },
+  endpoint: string,
+): void {
+  flowGateOf(gw, p.routing)?.placed(p.facts.requestId, endpoint);
+}
+
+/** The response of a request flow control dispatched started: its prefill is over. */
+export function prefilledFlow(gw: Gateway, routing: Routing, requestId: string): void {
+  flowGateOf(gw, routing)?.prefilled(requestId);
 }
 
 /** decide() failed after admission: the request, if flow control dispatched it, is not in flight. */

@@ -16,6 +16,7 @@ import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { promptTokensOf } from "./autoscale.ts";
 import { type DecideOptions, decide, splitId } from "./decide.ts";
 import { GatewayError, sendError } from "./errors.ts";
+import { prefilledFlow } from "./flow-gate.ts";
 import { watchUsage } from "./flow-usage.ts";
 import type { Gateway } from "./gateway.ts";
 import { closedEarly, closeSessionAfter, isHttp2 } from "./h2c.ts";
@@ -227,6 +228,7 @@ async function proxyRequest(
         if (gw.opts.servedEndpointHeader) res.setHeader(SERVED_ENDPOINT_HEADER, id);
         if (routing.sessionTokenHeader) res.setHeader(routing.sessionTokenHeader, encodeSessionToken(id));
         routing.scheduler.onResponseStarted(facts, id, monotonicSeconds());
+        prefilledFlow(gw, routing, facts.requestId);
       },
     };
     // Mid-stream migration: not for P/D legs (their decode leg's KV came from the prefiller).

@@ -10,6 +10,7 @@
 import { monotonicSeconds } from "../../datalayer/datastore.ts";
 import { promptTokensOf } from "../autoscale.ts";
 import type { Decision } from "../decide.ts";
+import { prefilledFlow } from "../flow-gate.ts";
 import { reportUsage } from "../flow-usage.ts";
 import type { Gateway } from "../gateway.ts";
 import { encodeSessionToken } from "../routing.ts";
@@ -72,6 +73,7 @@ export class Flight {
       (performance.now() - this.#t0) / 1000,
     );
     d.routing.scheduler.onResponseStarted(d.facts, this.served, monotonicSeconds());
+    prefilledFlow(this.#gw, d.routing, d.facts.requestId);
   }
 
   /** The bytes to pass on for a response chunk. */

@@ -376,6 +376,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     facts[i] = f;
     tokens[i] = ids;
     const prefill = pd?.route(i, spec.id, result, byEndpoint) ?? null;
+    flow?.placed(spec.id, (prefill ?? rep).state.id);
     records[i].endpoint = rep.state.id;
     const hop = o.locality ? oneWayDelay(o.locality, spec.origin, rep.state.labels) : 0;
     if (hop > 0) records[i].networkDelay = hop;
@@ -427,6 +428,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       pumpFlow();
   };
 
+  let pumpAfterStep = false;
   const stepEnd = (rep: Replica) => {
     const res = rep.endStep();
     observer?.onStepEnd?.(now, rep.index, res);
@@ -446,11 +448,17 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
       if (started[i] === 0) {
         started[i] = 1;
         scheds[gwOf[i]].onResponseStarted(facts[i] as RequestFacts, rep.state.id, now);
+        if (flow?.prefilled(specs[i].id)) pumpAfterStep = true;
       }
       if (out.record !== undefined) finish(i, rep, out.record);
     }
     rep.publish();
     if (hasRunnable(rep)) queueStart(rep);
+    // A long prefill ended: flow control's prefill reserve may let a held request go.
+    if (pumpAfterStep) {
+      pumpAfterStep = false;
+      pumpFlow();
+    }
   };
 
   /** The replica's oldest pending batch reaches the precise indexes (batches of one replica keep their order). */

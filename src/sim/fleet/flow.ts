@@ -5,7 +5,8 @@
  * time — concurrency-detector from the requests this gateway has in flight (exact),
  * utilization-detector from the endpoints' metrics as of the last scrape. Dispatch is re-tried
  * whenever something can change the answer: an arrival, a response's end, a scrape, and the TTL
- * sweep (once a virtual second while anything is queued, as llm-d's). Outcomes and statuses are
+ * sweep (once a virtual second while anything is queued, as llm-d's), and — with a prefill reserve —
+ * a long prefill's first token. Outcomes and statuses are
  * the gateway's: 429 rejected-saturated for a full band, 503 rejected-ttl-expired after the TTL.
  * The fleet (fleet.ts) calls it only through the few methods below.
  */
@@ -116,8 +117,9 @@ export class FlowSim {
   /** Every request the gate lets go now, in dispatch order (each then counts as in flight). */
   dispatch(now: number, candidates: readonly EndpointState[]): FlowRequest[] {
     const out: FlowRequest[] = [];
+    const ids = candidates.map((c) => c.id);
     for (;;) {
-      const d = this.controller.dispatch(now, this.saturation(candidates, now));
+      const d = this.controller.dispatch(now, this.saturation(candidates, now), ids);
       if (d === null) return out;
       this.#inflight.set(d.request.id, d.request);
       this.#inflightTokens += d.request.promptTokens;
@@ -138,6 +140,16 @@ export class FlowSim {
     });
   }
 
+  /** The scheduler sent dispatched request `id` to `endpoint` (the prefill reserve's bookkeeping). */
+  placed(id: string, endpoint: string): void {
+    this.controller.placed(id, endpoint);
+  }
+
+  /** Request `id`'s first token came back: true if a long prefill ended (the gate may open). */
+  prefilled(id: string): boolean {
+    return this.controller.prefillEnded(id);
+  }
+
   /**
    * A dispatched request ended: with its usage (its response finished: output tokens charged to
    * its flow) or without (it was never served). False if flow control did not dispatch it.
@@ -146,6 +158,7 @@ export class FlowSim {
     const f = this.#inflight.get(id);
     if (f === undefined) return false;
     this.#inflight.delete(id);
+    this.controller.prefillEnded(id);
     this.#inflightTokens -= f.promptTokens;
     if (usage)
       this.controller.completed(
