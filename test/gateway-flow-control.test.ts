@@ -246,3 +246,101 @@ test("a gateway that shuts down answers what is queued with 503 rejected-shuttin
     await up.close();
   }
 });
+
+test("prefill reserve: a tenant's second long prompt waits for its first one's first token; another tenant's short one goes at once", {
+  timeout: 30_000,
+}, async () => {
+  // Each replica holds a request until told: first() sends its first SSE chunk, end() finishes it.
+  type Held = { body: string; first(): void; end(): void };
+  const held: Held[] = [];
+  const replica = () =>
+    startFake({
+      "GET /metrics": (_q, res) => void res.writeHead(200).end(vllmMetrics({ waiting: 0, kv: 0.1 })),
+      "GET /v1/models": (_q, res) => void res.writeHead(200).end(modelList("m")),
+      "POST /v1/completions": (_q, res, body) =>
+        void held.push({
+          body: body.toString(),
+          first: () => {
+            res.writeHead(200, { "content-type": "text/event-stream" });
+            res.write('data: {"id":"c","object":"text_completion","choices":[{"text":"a"}]}\n\n');
+          },
+          end: () => {
+            if (!res.headersSent) res.writeHead(200, { "content-type": "text/event-stream" });
+            res.end("data: [DONE]\n\n");
+          },
+        }),
+    });
+  const [up1, up2] = [await replica(), await replica()];
+  // Without a tokenizer a prompt counts bytes / 4 tokens: "long" bodies are ~100 tokens, short ~12.
+  const config = SHIPPED.replace(
+    "holdback: 0.2 }",
+    "holdback: 0.2, prefillReserve: 1, longPrefillTokens: 40 }",
+  );
+  assert.notEqual(config, SHIPPED);
+  const gw = await startGateway({
+    endpoints: `${up1.id},${up2.id}`,
+    config,
+    scrapeIntervalMs: 10,
+    log: () => {},
+  });
+  const send = (tenant: string, prompt: string, signal?: AbortSignal) =>
+    request(`${gw.url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "m", prompt, stream: true }),
+      headers: { "content-type": "application/json", "x-gateway-inference-fairness-id": tenant },
+      signal,
+    });
+  const LONG = "x".repeat(360);
+  const hits = () => up1.hits("/v1/completions") + up2.hits("/v1/completions");
+  const pendingOf = async (tenant: string) =>
+    ((await flows(gw)).bands.find((b) => b.priority === 0)?.flows ?? []).find(
+      (f) => f.fairnessId === tenant,
+    ) as (FlowsJson["bands"][number]["flows"][number] & { longPrefillsPending?: number }) | undefined;
+  try {
+    await waitFor(
+      () => [up1, up2].every((u) => (gw.gateway.data.store.get(u.id)?.models?.length ?? 0) > 0),
+      "models",
+    );
+    // tenant-b has been seen: the band knows two flows.
+    const b0 = send("tenant-b", "hi");
+    await waitFor(() => held.length === 1, "b0 at a replica");
+    held[0].first();
+    held[0].end();
+    await (await b0).body.text();
+    // tenant-a floods three long prompts: the first goes, the others wait for its first token.
+    const ac = new AbortController();
+    const a0 = send("tenant-a", LONG);
+    await waitFor(() => held.length === 2, "a0 at a replica");
+    const a1 = send("tenant-a", LONG, ac.signal).catch((e: Error) => e);
+    await waitQueued(gw, 1);
+    const a2 = send("tenant-a", LONG);
+    await waitQueued(gw, 2);
+    assert.equal(hits(), 2, "only one of tenant-a's long prompts is at a replica");
+    assert.equal((await pendingOf("tenant-a"))?.longPrefillsPending, 1);
+    // tenant-b's short request is dispatched at once, to the replica kept free.
+    const b1 = send("tenant-b", "hi");
+    await waitFor(() => held.length === 3, "b1 at a replica");
+    await waitQueued(gw, 2);
+    held[2].first();
+    held[2].end();
+    await (await b1).body.text();
+    // a0 sends its first token: a1 goes, and only a1.
+    held[1].first();
+    await waitFor(() => held.length === 4, "a1 dispatched");
+    await waitQueued(gw, 1);
+    assert.equal(hits(), 4);
+    // a1's client disconnects before its first token: that releases its prefill too, and a2 goes.
+    ac.abort();
+    assert.ok((await a1) instanceof Error);
+    await waitFor(() => held.length === 5, "a2 dispatched");
+    await waitQueued(gw, 0);
+    for (const h of held.slice(1)) h.end();
+    for (const r of [a0, a2]) await (await r).body.text();
+    assert.equal((await pendingOf("tenant-a"))?.longPrefillsPending, 0);
+  } finally {
+    for (const h of held) h.end();
+    await gw.close();
+    await up1.close();
+    await up2.close();
+  }
+});
