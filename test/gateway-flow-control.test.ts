@@ -272,10 +272,7 @@ test("prefill reserve: a tenant's second long prompt waits for its first one's f
     });
   const [up1, up2] = [await replica(), await replica()];
   // Without a tokenizer a prompt counts bytes / 4 tokens: "long" bodies are ~100 tokens, short ~12.
-  const config = SHIPPED.replace(
-    "holdback: 0.2 }",
-    "holdback: 0.2, prefillReserve: 1, longPrefillTokens: 40 }",
-  );
+  const config = SHIPPED.replace("prefillReserve: 1 }", "prefillReserve: 1, longPrefillTokens: 40 }");
   assert.notEqual(config, SHIPPED);
   const gw = await startGateway({
     endpoints: `${up1.id},${up2.id}`,
