@@ -43,6 +43,34 @@ describe("flowConfigVariant", () => {
     }
   });
 
+  it("vtc keeps the example's prefill reserve and holdback; vtc-no-reserve drops only the reserve", () => {
+    const vtcOf = (name: "vtc" | "vtc-no-reserve" | "vtc-no-holdback") =>
+      loadConfig(flowConfigVariant(EXAMPLE, name, 5, 0.4)).config.flowControl?.bands.find(
+        (b) => b.priority === 0,
+      )?.fairness;
+    assert.deepEqual(vtcOf("vtc"), {
+      kind: "vtc",
+      promptTokenWeight: 1,
+      outputTokenWeight: 2,
+      holdback: 0.4,
+      prefillReserve: 1,
+      longPrefillTokens: 1024,
+    });
+    assert.deepEqual(vtcOf("vtc-no-reserve"), {
+      kind: "vtc",
+      promptTokenWeight: 1,
+      outputTokenWeight: 2,
+      holdback: 0.4,
+    });
+    assert.deepEqual(vtcOf("vtc-no-holdback"), {
+      kind: "vtc",
+      promptTokenWeight: 1,
+      outputTokenWeight: 2,
+      prefillReserve: 1,
+      longPrefillTokens: 1024,
+    });
+  });
+
   it("off: no flow control, no warnings, the objectives kept", () => {
     const text = flowConfigVariant(EXAMPLE, "off", 5);
     const { config, warnings } = loadConfig(text);

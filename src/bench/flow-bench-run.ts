@@ -187,19 +187,22 @@ export interface LagSample {
   within100ms: number;
 }
 
-export async function replicaLag(replicaUrl: string): Promise<LagSample> {
-  const pool = new Pool(replicaUrl);
-  try {
-    const text = await (await pool.request({ path: "/metrics", method: "GET" })).body.text();
-    const value = (re: RegExp) => Number(text.match(re)?.[1] ?? Number.NaN);
-    return {
-      sum: value(/^kvgate:sim_delivery_lag_seconds_sum\{[^}]*\} (\S+)$/m),
-      count: value(/^kvgate:sim_delivery_lag_seconds_count\{[^}]*\} (\S+)$/m),
-      within100ms: value(/^kvgate:sim_delivery_lag_seconds_bucket\{[^}]*le="0\.1"[^}]*\} (\S+)$/m),
-    };
-  } finally {
-    await pool.close();
+/** The histogram summed over the replicas at `replicaUrls`. */
+export async function replicaLag(replicaUrls: readonly string[]): Promise<LagSample> {
+  const total: LagSample = { sum: 0, count: 0, within100ms: 0 };
+  for (const url of replicaUrls) {
+    const pool = new Pool(url);
+    try {
+      const text = await (await pool.request({ path: "/metrics", method: "GET" })).body.text();
+      const value = (re: RegExp) => Number(text.match(re)?.[1] ?? Number.NaN);
+      total.sum += value(/^kvgate:sim_delivery_lag_seconds_sum\{[^}]*\} (\S+)$/m);
+      total.count += value(/^kvgate:sim_delivery_lag_seconds_count\{[^}]*\} (\S+)$/m);
+      total.within100ms += value(/^kvgate:sim_delivery_lag_seconds_bucket\{[^}]*le="0\.1"[^}]*\} (\S+)$/m);
+    } finally {
+      await pool.close();
+    }
   }
+  return total;
 }
 
 /** Mean lag and the share of step deliveries more than 0.1 simulated s late, between two samples. */
@@ -209,9 +212,12 @@ export function lagBetween(a: LagSample, b: LagSample): { meanS: number | null; 
   return { meanS: (b.sum - a.sum) / n, lateShare: 1 - (b.within100ms - a.within100ms) / n };
 }
 
-/** A fresh in-process gateway on `config` in front of the replica, serving before `fn` runs; closed after. */
+/**
+ * A fresh in-process gateway on `config` in front of the replicas (`replicaHosts`: host:port, comma
+ * separated), serving before `fn` runs; closed after.
+ */
 export async function withGateway<T>(
-  replicaHost: string,
+  replicaHosts: string,
   config: string,
   timeScale: number,
   model: string,
@@ -219,7 +225,7 @@ export async function withGateway<T>(
 ): Promise<{ result: T; warnings: string[] }> {
   const warnings: string[] = [];
   const gw = await startGateway({
-    endpoints: replicaHost,
+    endpoints: replicaHosts,
     config,
     scrapeIntervalMs: 100,
     log: (l) => warnings.push(l),

@@ -8,13 +8,22 @@ import { createRng } from "../scheduler/rng.ts";
 
 /**
  * vtc / round-robin: the example's standard band with that fairness; global-strict = FCFS across
- * tenants; vtc-no-holdback: vtc without the holdback (a flooding tenant may fill the gate).
+ * tenants; vtc-no-reserve: vtc without the prefill reserve (a flooding tenant may prefill on every
+ * replica at once); vtc-no-holdback: vtc without the holdback (a flooding tenant may fill the gate).
  */
-export const FLOW_CONFIGS = ["vtc", "vtc-no-holdback", "round-robin", "global-strict", "off"] as const;
+export const FLOW_CONFIGS = [
+  "vtc",
+  "vtc-no-reserve",
+  "vtc-no-holdback",
+  "round-robin",
+  "global-strict",
+  "off",
+] as const;
 export type FlowConfigName = (typeof FLOW_CONFIGS)[number];
 
 const FAIRNESS_PLUGIN: Record<Exclude<FlowConfigName, "off">, string> = {
   vtc: "vtc-fairness-policy",
+  "vtc-no-reserve": "vtc-fairness-policy",
   "vtc-no-holdback": "vtc-fairness-policy",
   "round-robin": "round-robin-fairness-policy",
   "global-strict": "global-strict-fairness-policy",
@@ -34,7 +43,8 @@ type Band = { priority: number; fairnessPolicyRef?: string };
 /**
  * The flow-control example turned into one of the bench's configs: concurrency-detector's
  * maxConcurrency set, and the priority-0 band's fairness policy replaced; vtc-fairness-policy's
- * holdback set to `holdback` when given (vtc-no-holdback: removed); "off" drops the feature
+ * holdback set to `holdback` when given (vtc-no-holdback: removed), its prefillReserve removed for
+ * vtc-no-reserve; "off" drops the feature
  * gate, the flowControl section and its plugins (llm-d's legacy admission then applies). The
  * InferenceObjective documents are kept as they are.
  */
@@ -63,9 +73,13 @@ export function flowConfigVariant(
     detector.parameters = { ...detector.parameters, maxConcurrency };
     const vtc = epc.plugins.find((p) => p.type === "vtc-fairness-policy");
     if (vtc !== undefined) {
-      const { holdback: old, ...rest } = vtc.parameters ?? {};
+      const { holdback: old, prefillReserve, ...rest } = vtc.parameters ?? {};
       const h = name === "vtc-no-holdback" ? undefined : (holdback ?? old);
-      vtc.parameters = { ...rest, ...(h !== undefined ? { holdback: h } : {}) };
+      vtc.parameters = {
+        ...rest,
+        ...(h !== undefined ? { holdback: h } : {}),
+        ...(prefillReserve !== undefined && name !== "vtc-no-reserve" ? { prefillReserve } : {}),
+      };
     }
     const type = FAIRNESS_PLUGIN[name];
     if (!epc.plugins.some((p) => p.type === type)) epc.plugins.push({ type });

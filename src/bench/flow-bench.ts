@@ -1,13 +1,16 @@
 /**
- * bench:flow — flow control end to end: a simulated replica (its own process, --max-num-seqs 4)
- * behind an in-process gateway running config/examples/flow-control.yaml (concurrency-detector
- * maxConcurrency 5), per config: the example (vtc, with its holdback: a tenant holding its share
- * of the gate stops at ceiling − holdback, so another tenant's request goes at once), vtc without
- * the holdback, its standard band with round-robin or global-strict (FCFS across tenants)
- * fairness, and flow control off. The holdback defaults to 1 − (max-num-seqs − 1)/maxConcurrency:
+ * bench:flow — flow control end to end: simulated replicas (2 by default, each its own process,
+ * --max-num-seqs 4) behind an in-process gateway running config/examples/flow-control.yaml
+ * (concurrency-detector maxConcurrency 5), per config: the example (vtc, with its holdback: a
+ * tenant holding its share of the gate stops at ceiling − holdback, so another tenant's request
+ * goes at once; and its prefill reserve: a tenant with a long prompt awaiting its first token starts
+ * another only while more than one replica has none, so another tenant's short request finds a
+ * replica whose steps carry no long prefill), vtc without the reserve, vtc without the holdback,
+ * its standard band with round-robin or global-strict (FCFS across tenants) fairness, and flow
+ * control off. The holdback defaults to 1 − (max-num-seqs − 1)/maxConcurrency:
  * a flooding tenant keeps at most max-num-seqs − 1 requests in flight, so the replica's batch
  * always has a free seat for the other tenant. A fresh gateway per config
- * and scenario, a fresh replica per config (prompts never repeat, so its prefix cache never helps).
+ * and scenario, fresh replicas per config (prompts never repeat, so no prefix cache ever helps).
  *   noisy neighbour — tenant B's TTFT alone and under tenant A's flood, B's p90 ratio against
  *                     issue 14's "within 2×" (a measurement, printed as PASS/MISS), A's served
  *                     count and throughput;
@@ -16,8 +19,8 @@
  * Times are the replica's simulated seconds (client wall time × --time-scale). Writes JSON (default
  * results/bench-flow.json).
  *
- *   npm run bench:flow -- [--time-scale 2] [--configs vtc,vtc-no-holdback,round-robin,global-strict,off]
- *     [--max-concurrency 5] [--max-num-seqs 4] [--holdback H] [--seed 1] [--quick] [--json FILE]
+ *   npm run bench:flow -- [--time-scale 2] [--configs vtc,vtc-no-reserve,vtc-no-holdback,round-robin,global-strict,off]
+ *     [--replicas 2] [--max-concurrency 5] [--max-num-seqs 4] [--holdback H] [--seed 1] [--quick] [--json FILE]
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -56,6 +59,7 @@ const { values: args } = parseArgs({
     configs: { type: "string", default: FLOW_CONFIGS.join(",") },
     "max-concurrency": { type: "string", default: "5" },
     "max-num-seqs": { type: "string", default: "4" },
+    replicas: { type: "string", default: "2" },
     holdback: { type: "string" },
     seed: { type: "string", default: "1" },
     quick: { type: "boolean", default: false },
@@ -75,6 +79,8 @@ async function main(): Promise<void> {
   const timeScale = num("time-scale", args["time-scale"]);
   const maxConcurrency = num("max-concurrency", args["max-concurrency"]);
   const maxNumSeqs = num("max-num-seqs", args["max-num-seqs"]);
+  const replicas = num("replicas", args.replicas);
+  if (!Number.isInteger(replicas)) throw new Error(`--replicas must be a whole number, got ${args.replicas}`);
   const seed = num("seed", args.seed);
   const holdback =
     args.holdback === undefined ? 1 - (maxNumSeqs - 1) / maxConcurrency : Number(args.holdback);
@@ -107,35 +113,40 @@ async function main(): Promise<void> {
   const loadStart = os.loadavg();
   const f2 = (x: number) => x.toFixed(2);
   console.log(
-    `bench:flow — 1 simulated replica (--max-num-seqs ${maxNumSeqs}, --time-scale ${timeScale}) behind an in-process gateway; ` +
+    `bench:flow — ${replicas} simulated replica${replicas === 1 ? "" : "s"} (--max-num-seqs ${maxNumSeqs}, --time-scale ${timeScale}) behind an in-process gateway; ` +
       `${os.cpus().length} CPUs, load average ${loadStart.map(f2).join(" ")}. Times in simulated seconds. ` +
-      `vtc holdback ${f2(holdback)} (a tenant at its share stops at ${f2(maxConcurrency * (1 - holdback))} of ${maxConcurrency} in flight).`,
+      `vtc holdback ${f2(holdback)} (a tenant at its share stops at ${f2(maxConcurrency * (1 - holdback))} of ${maxConcurrency} in flight per replica).`,
   );
   const results: Record<string, unknown> = {};
   const noisyRows: string[][] = [];
   const mixRows: string[][] = [];
   const verdicts: string[] = [];
   let banner = "";
-  // A fresh replica per config: the first flood on a replica ran slower in simulated time than later
+  // Fresh replicas per config: the first flood on a replica ran slower in simulated time than later
   // ones (whatever config came first looked worse), so every config gets the same replica history.
   for (const name of configs) {
-    const replica: Child = await spawnKvgate("sim-replica", [
-      "sim-replica",
-      "--host",
-      "127.0.0.1",
-      "--port",
-      "0",
-      "--max-num-seqs",
-      String(maxNumSeqs),
-      "--time-scale",
-      String(timeScale),
-      "--seed",
-      String(seed),
-    ]);
-    banner = replica.banner;
+    const fleet: Child[] = [];
     try {
-      const host = new URL(replica.url).host;
-      const models = new Pool(replica.url);
+      for (let k = 0; k < replicas; k++)
+        fleet.push(
+          await spawnKvgate("sim-replica", [
+            "sim-replica",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--max-num-seqs",
+            String(maxNumSeqs),
+            "--time-scale",
+            String(timeScale),
+            "--seed",
+            String(seed + k),
+          ]),
+        );
+      banner = fleet[0].banner;
+      const host = fleet.map((r) => new URL(r.url).host).join(",");
+      const urls = fleet.map((r) => r.url);
+      const models = new Pool(fleet[0].url);
       const list = (await (await models.request({ path: "/v1/models", method: "GET" })).body.json()) as {
         data: { id: string }[];
       };
@@ -145,9 +156,9 @@ async function main(): Promise<void> {
       console.log(
         `\n[${name}] noisy neighbour: B alone, then A floods ${noisy.aRequests} × ${noisy.aPromptTokens} tokens`,
       );
-      const lag0 = await replicaLag(replica.url);
+      const lag0 = await replicaLag(urls);
       const n = await withGateway(host, config, timeScale, model, (t) => noisyNeighbour(t, noisy));
-      const lag1 = await replicaLag(replica.url);
+      const lag1 = await replicaLag(urls);
       const nLag = lagBetween(lag0, lag1);
       const alone = summarize(n.result.alone);
       const b = summarize(n.result.b);
@@ -177,7 +188,7 @@ async function main(): Promise<void> {
       );
       console.log(`[${name}] priority mix: ${mix.classes.map((c) => `${c.n} ${c.cls}`).join(", ")} at once`);
       const m = await withGateway(host, config, timeScale, model, (t) => priorityMix(t, mix));
-      const mLag = lagBetween(lag1, await replicaLag(replica.url));
+      const mLag = lagBetween(lag1, await replicaLag(urls));
       const by: Record<string, ReturnType<typeof summarize>> = {};
       for (const c of mix.classes) by[c.cls] = summarize(m.result.filter((r: Timed) => r.cls === c.cls));
       const over = overtook(m.result, "critical");
@@ -193,7 +204,9 @@ async function main(): Promise<void> {
           fmtS(s.ttftP90),
           fmtS(s.latencyP50),
           fmtS(s.latencyP90),
-          c.cls === "critical" ? `${over <= maxConcurrency ? "yes" : "no"} (${over} overtook)` : "",
+          c.cls === "critical"
+            ? `${over <= maxConcurrency * replicas ? "yes" : "no"} (${over} overtook)`
+            : "",
           c.cls === "critical" ? pct(mLag.lateShare) : "",
         ]);
       }
@@ -214,7 +227,7 @@ async function main(): Promise<void> {
         priorityMix: { byClass: by, criticalOvertakenBy: over, replicaLag: mLag, requests: m.result },
       };
     } finally {
-      await stopAll([replica]);
+      await stopAll(fleet);
     }
   }
   console.log(
@@ -243,7 +256,7 @@ async function main(): Promise<void> {
     "late steps: the replica's step deliveries more than 0.1 simulated s behind its clock (a CPU-starved process; lower --time-scale if high).",
   );
   console.log(
-    `\npriority mix (simulated s; critical first = at most maxConcurrency ${maxConcurrency} other requests, already dispatched when critical arrived, got a first token before the last critical):`,
+    `\npriority mix (simulated s; critical first = at most maxConcurrency ${maxConcurrency} × ${replicas} replicas other requests, already dispatched when critical arrived, got a first token before the last critical):`,
   );
   console.log(
     table(
@@ -280,7 +293,7 @@ async function main(): Promise<void> {
       note: "the replica (a child process), the gateway and the load generator (this process) share these CPUs",
     },
     node: { version: process.version },
-    params: { timeScale, maxConcurrency, maxNumSeqs, holdback, seed, quick, configs, noisy, mix },
+    params: { timeScale, replicas, maxConcurrency, maxNumSeqs, holdback, seed, quick, configs, noisy, mix },
     replica: banner,
     results,
   };
