@@ -73,11 +73,14 @@ export class Flight {
       (performance.now() - this.#t0) / 1000,
     );
     d.routing.scheduler.onResponseStarted(d.facts, this.served, monotonicSeconds());
-    prefilledFlow(this.#gw, d.routing, d.facts.requestId);
   }
 
   /** The bytes to pass on for a response chunk. */
   body(chunk: Buffer, end: boolean): Buffer {
+    // A streaming response's headers can come before its first token (the server starts the
+    // response, then writes the body): the first body chunk ends the prefill for the prefill reserve.
+    if (this.#bytes === 0 && chunk.length > 0)
+      prefilledFlow(this.#gw, this.decision.routing, this.decision.facts.requestId);
     this.#bytes += chunk.length;
     this.#usage.push(chunk);
     return this.restorer ? this.restorer.push(chunk, end) : chunk;
