@@ -25,7 +25,7 @@ import {
   startTestEpp,
   upstreamRoot,
 } from "./helpers/ext-proc-client.ts";
-import type { FakeServer } from "./helpers/gateway-fakes.ts";
+import { type FakeServer, waitFor } from "./helpers/gateway-fakes.ts";
 
 const ctor = clientCtor(upstreamRoot());
 // Without a tokenizer a prompt counts bytes / 4 tokens: the long prompt is ~100, the short ~15.
@@ -54,7 +54,6 @@ const open = (tenant: string, content: string) =>
 const dest = (c: ExtProcCall) =>
   setHeaders(c.responses[0]?.request_headers?.response.header_mutation)["x-gateway-destination-endpoint"];
 const queued = () => flowGateOf(epp.gateway)?.snapshot().queued;
-const settle = () => new Promise((r) => setTimeout(r, 100));
 
 test("a second long prompt of the same tenant waits for the first one's first body chunk", async () => {
   assert.notEqual(CONFIG, readFileSync("config/examples/flow-control.yaml", "utf8"));
@@ -68,8 +67,7 @@ test("a second long prompt of the same tenant waits for the first one's first bo
   const a0 = open("tenant-a", LONG);
   await a0.waitFor(2);
   const a1 = open("tenant-a", LONG);
-  await settle();
-  assert.equal(queued(), 1, "tenant-a's second long prompt is held");
+  await waitFor(() => queued() === 1, "tenant-a's second long prompt held at the gateway");
   assert.equal(a1.responses.length, 0);
 
   const b1 = open("tenant-b", "hi again");
@@ -77,8 +75,8 @@ test("a second long prompt of the same tenant waits for the first one's first bo
   assert.notEqual(dest(b1), dest(a0), "the short request goes to the replica kept free");
 
   a0.send(responseHeaders({ ":status": "200", "content-type": "text/event-stream" }, dest(a0)));
+  // Answered after the headers were handled: had they released a1, it would be gone from the queue.
   await a0.waitFor(3);
-  await settle();
   assert.equal(queued(), 1, "response headers alone do not end the prefill");
 
   a0.send(responseBody('data: {"choices":[{"delta":{"content":"a"}}]}\n\n', false));
