@@ -30,14 +30,19 @@
  * time is read as if the whole set were held from its start (KV is over-reserved for it; llm-d's
  * 150 × 5 run computes every prompt in its warm-up, so its measured stages are not affected).
  *
- * Why no drain term (the last requests finishing with fewer companions): with free preemption the
- * end of a stage need not run below full concurrency. A request holds U + g tokens of KV while it
- * decodes its (g+1)-th, so what limits the steps is the stage's total KV-steps Σ(U + g) ÷ (KV per
- * replica), and young requests early in the stage can make room for the old ones at its end.
- * What a real engine pays instead — vLLM recomputes a preempted request, and admits requests
- * without reserving KV for their answers, so a stage that arrives in a burst ages in a cohort and
- * preempts — is a property of the engine's scheduling, not of the hardware, and a schedule that
- * staggers admissions avoids it; it stays in the gap between a run and its bound.
+ * What it leaves out, so it is not reachable:
+ * - the drain. A request decodes at most one token per step, so in its replica's last k steps every
+ *   running request has generated at least O − k tokens, and the KV then holds at most
+ *   (KV − resident) ÷ (U + O − k) of them: the last steps of a stage run below full concurrency
+ *   whatever the schedule, free preemption included. On the 150 × 5 run's 60 QPS stage that caps the
+ *   last ~500 steps of each replica (164 sequences fall to 82 at the last step) and, with replicas
+ *   treated alike, would move the bound by ~1.6%. It is not counted because a proof that holds with
+ *   the ramp-up for replicas that differ was not written;
+ * - what the engine's own scheduling costs: vLLM admits requests without reserving KV for their
+ *   answers and recomputes the ones it preempts, so a stage that arrives in a burst ages as a cohort
+ *   and preempts (in the 150 × 5 run's 60 QPS stage, precise: ~130 preemptions and 33–159k prompt
+ *   tokens prefilled per replica where one per request would do, and ~2,000 steps per replica where
+ *   164 sequences at a time would need ~1,150).
  */
 import type { Workload } from "../../bench/workloads/types.ts";
 import { stepTime } from "../../engine/profile.ts";
