@@ -90,8 +90,8 @@ export interface Limits {
   /** The CPU tier's host-link bound (fleets with kvOffload only). */
   offload?: OffloadLimit;
   /**
-   * Barriered stages only: each stage's bound over its own window, ramp-up included
-   * (stage-limits.ts), under the best regime.
+   * Barriered stages only: each non-warm-up stage's bound over its own window, ramp-up included,
+   * with its own requests' hits under each regime, the best kept (stage-limits.ts).
    */
   stages?: StageLimit[];
 }
