@@ -225,6 +225,7 @@ describe("stage bounds against a schedule their relaxation allows", () => {
         arrivalTime: 0,
         kind: "completion",
         prompt: text(i),
+        promptTokensApprox: 801,
         maxTokens: 200,
         stage: 0,
       });
@@ -234,6 +235,7 @@ describe("stage bounds against a schedule their relaxation allows", () => {
         arrivalTime: 100 + i * 0.001,
         kind: "completion",
         prompt: text(i % n),
+        promptTokensApprox: 801,
         maxTokens: 200,
         stage: 1,
       });
