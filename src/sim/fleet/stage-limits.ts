@@ -24,7 +24,10 @@
  * stage's mean output), capped by max_num_seqs and the token budget. A stage is not charged the
  * prefixes its predecessors computed: in llm-d's 150 × 5 run every prompt is seen in the warm-up, so
  * the saturated stages compute one token per prompt (U = 1, C = 164), not the run's mean of 106
- * (C = 135), and their bounds are 3% higher than with the run's mean.
+ * (C = 135), and their bounds are 3% higher than with the run's mean. The run's mean made the bound
+ * no bound: a schedule its relaxation allows (free preemption, each replica running its share of a
+ * stage youngest-first within the KV beside the resident set, block-granular) finished those stages
+ * faster than it said. test/fleet-stage-limits.test.ts runs that schedule against the bound.
  *
  * Warm-up stages get no bound, and a stage that computes part of the resident set for the first
  * time is read as if the whole set were held from its start (KV is over-reserved for it; llm-d's
