@@ -163,8 +163,9 @@ describe("stage bounds against simulated runs", () => {
 
 /**
  * A schedule the bound's relaxation allows — free preemption, each replica running its share of the
- * stage youngest-first within its KV (what is left beside the resident set), one token per request
- * per step, each step timed by the engines' step-time model — must not beat the bound. Returns the
+ * stage youngest-first within its KV (what is left beside the resident set, counted in blocks), one
+ * token per request per step, each step timed by the engines' step-time model — must not beat the
+ * bound. Returns the
  * stage's output tokens/s under that schedule.
  */
 function youngestFirst(
@@ -191,8 +192,10 @@ function youngestFirst(
       const run: typeof mine = [];
       for (const j of ready) {
         const tokens = j.made === 0 ? j.uncached : 1;
-        if (run.length === f.maxNumSeqs || kv + j.uncached + j.made > freeTokens || tokens > budget) break;
-        kv += j.uncached + j.made;
+        // Private KV: the blocks past the cached prompt, through the token this step writes.
+        const held = Math.ceil((j.prompt + j.made + 1) / f.blockSize) * f.blockSize - (j.prompt - j.uncached);
+        if (run.length === f.maxNumSeqs || kv + held > freeTokens || tokens > budget) break;
+        kv += held;
         budget -= tokens;
         run.push(j);
         if (j.made === 0) prefills.push({ tokens: j.uncached, context: j.prompt - j.uncached });
