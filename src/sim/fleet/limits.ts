@@ -33,8 +33,10 @@
  *
  * Barriered stages also get their own bound (stage-limits.ts): a stage is measured from its start to
  * its last completion, so its ramp-up — no more sequences running than have arrived — counts
- * against it, which the steady-state ceiling leaves out. `kvgate simulate` reads each saturated
- * stage against the lower of the two.
+ * against it, which the steady-state ceiling leaves out; and a stage's hits are its own requests'
+ * (each regime's hit tokens are also summed per stage), so the stages after a warm-up are not
+ * charged for the prefixes it computed. `kvgate simulate` reads each saturated stage against the
+ * lower of the two.
  *
  * A fleet with a CPU offload tier also gets its host-link bound: at most (load bandwidth ÷ KV bytes
  * per token) tokens/s come back from CPU per replica, so when every hit of the "repeat" regime is a
@@ -88,8 +90,8 @@ export interface Limits {
   /** The CPU tier's host-link bound (fleets with kvOffload only). */
   offload?: OffloadLimit;
   /**
-   * Barriered stages only: each stage's bound over its own window, ramp-up included
-   * (stage-limits.ts), under the best regime.
+   * Barriered stages only: each non-warm-up stage's bound over its own window, ramp-up included,
+   * with its own requests' hits under each regime, the best kept (stage-limits.ts).
    */
   stages?: StageLimit[];
 }
@@ -199,10 +201,14 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
   const seen = new BlockSet();
   let reused = 0;
   const groupResident = new Map<string, number>();
+  /** Per stage: requests, prompt and output tokens, and each regime's hit tokens (stage bounds). */
+  const perStage = new Map<number, StageSums>();
   for (const r of reqs) {
     const p = promptOf(r);
     promptSum += p.tokens;
     outputSum += r.maxTokens;
+    const groupBefore = groupHits;
+    const repeatBefore = repeatHits;
     const cap = Math.floor((p.tokens - 1) / bs);
     const g = groupOf(r);
     if (g !== undefined) {
@@ -224,22 +230,31 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       }
       if (!earlier.includes(p)) earlier.push(p);
     }
-    if (p.visits++ >= 2) {
-      repeatHits += cap * bs;
-      continue;
-    }
-    let k = 0;
-    for (; k < cap; k++) {
-      const b = p.blocks[k];
-      const state = seen.state(b);
-      if (state === ABSENT) break;
-      if (state === COMPUTED) {
-        seen.markReused(b);
-        reused++;
+    if (p.visits++ >= 2) repeatHits += cap * bs;
+    else {
+      let k = 0;
+      for (; k < cap; k++) {
+        const b = p.blocks[k];
+        const state = seen.state(b);
+        if (state === ABSENT) break;
+        if (state === COMPUTED) {
+          seen.markReused(b);
+          reused++;
+        }
       }
+      repeatHits += k * bs;
+      for (const b of p.blocks) seen.add(b);
     }
-    repeatHits += k * bs;
-    for (const b of p.blocks) seen.add(b);
+    if (r.stage !== undefined) {
+      let s = perStage.get(r.stage);
+      if (s === undefined)
+        perStage.set(r.stage, (s = { requests: 0, prompt: 0, output: 0, groupHits: 0, repeatHits: 0 }));
+      s.requests++;
+      s.prompt += p.tokens;
+      s.output += r.maxTokens;
+      s.groupHits += groupHits - groupBefore;
+      s.repeatHits += repeatHits - repeatBefore;
+    }
   }
   let groupResidentSum = 0;
   for (const v of groupResident.values()) groupResidentSum += v;
@@ -314,10 +329,30 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     group: tiered(groupHits, groupResidentSum),
     repeat: tiered(repeatHits, reused * bs),
   };
-  const best = Object.values(regimes).reduce((x, y) =>
-    y.output_tokens_per_s > x.output_tokens_per_s ? y : x,
-  );
-  const stages = stageLimits(workload, fleet, best, promptMean, outputMean);
+  // Each stage under each regime, with that stage's own requests: its prompts' hits counted against
+  // every earlier request (the warm-up's cold prefixes are not charged to the stages after it).
+  const hbmFree = (g: RegimeLimit) =>
+    kv - (g.via_tiers?.resident_in_hbm_per_replica ?? g.resident_tokens_per_replica);
+  const stageRegimes = (
+    [
+      [regimes.zero, () => 0],
+      [regimes.group, (s: StageSums) => s.groupHits],
+      [regimes.repeat, (s: StageSums) => s.repeatHits],
+    ] as const
+  ).map(([g, hits]) => ({
+    freeTokensPerReplica: hbmFree(g),
+    stages: new Map(
+      [...perStage].map(([i, s]) => [
+        i,
+        {
+          uncachedMean: (s.prompt - hits(s)) / s.requests,
+          promptMean: s.prompt / s.requests,
+          outputMean: s.output / s.requests,
+        },
+      ]),
+    ),
+  }));
+  const stages = stageLimits(workload, fleet, stageRegimes);
   return {
     replicas: fleet.replicas,
     kv_tokens_per_replica: kv,
@@ -333,6 +368,14 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     }),
     ...(stages !== undefined && { stages }),
   };
+}
+
+interface StageSums {
+  requests: number;
+  prompt: number;
+  output: number;
+  groupHits: number;
+  repeatHits: number;
 }
 
 function commonBlocks(a: readonly number[], b: readonly number[]): number {
