@@ -67,6 +67,11 @@ export interface InFlightInfo {
   prefillRate?(endpointId: string): number | undefined;
   /** Optional: uncached prompt tokens the gateway sent to the endpoint after time `since` (seconds). */
   promptTokensPickedSince?(endpointId: string, since: number): number;
+  /**
+   * Optional: whole prompt tokens (cached part included) of the requests in flight on the endpoint,
+   * held until each ends: the context its decode steps read.
+   */
+  contextTokens?(endpointId: string): number;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

@@ -5,7 +5,9 @@
  * After the pick it adds one request and the request's *uncached* prompt tokens to each profile's
  * target; at the first response chunk prefill is done, so prompt tokens are released (the
  * `prefill` profile's entry in full); at the end the request is released. Optionally adds an
- * output-token estimate (addEstimatedOutputTokens), held until the end.
+ * output-token estimate (addEstimatedOutputTokens), held until the end. It also keeps each
+ * endpoint's in-flight *context*: the whole prompt (cached part included) of every request it is
+ * serving, held until the end — what each decode step reads, for decode-load-scorer.
  */
 import { z } from "zod";
 import type { Hasher } from "../../hash.ts";
@@ -48,6 +50,8 @@ interface Entry {
   /** Uncached prompt tokens (no output estimate) and the pick time: a prefill-rate sample. */
   promptTokens: number;
   pickedAt: number;
+  /** Whole prompt tokens held in the endpoint's context until the end (0 on a P/D prefill leg). */
+  context: number;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -55,6 +59,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly #key: DataKey<InFlightInfo>;
   readonly #prefix: DataKey<PrefixMatchInfo> | null;
   readonly #counters = new Counters();
+  /** Endpoint → whole prompt tokens of the requests in flight there (this gateway's own). */
+  readonly #context = new Map<string, number>();
   readonly #records = new Map<string, Entry[]>();
   /** Each endpoint's prefill throughput, learned from pick → first-token times. */
   readonly prefillRates = new PrefillRateEstimator();
@@ -127,6 +133,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
   preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
     const view = this.#view(cycle);
+    const input = flatPrompt(cycle, this.hasher).tokenCount;
     const entries = this.#records.get(result.requestId) ?? [];
     for (const [profile, r] of Object.entries(result.profiles)) {
       if (r.target === null) continue;
@@ -135,7 +142,17 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(REQUESTS, id, 1);
       this.#counters.bump(TOKENS, id, tokens);
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
-      entries.push({ endpointId: id, profile, tokens, holdsRequest: true, promptTokens, pickedAt: now });
+      const context = profile === PREFILL_PROFILE ? 0 : input;
+      if (context > 0) this.#bumpContext(id, context);
+      entries.push({
+        endpointId: id,
+        profile,
+        tokens,
+        holdsRequest: true,
+        promptTokens,
+        pickedAt: now,
+        context,
+      });
       this.recentPicks.add(id, now, promptTokens);
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
@@ -174,6 +191,10 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     }
     c.bump(TOKENS, primary.endpointId, -primary.tokens);
     c.bump(TOKENS, served, primary.tokens);
+    if (primary.context > 0) {
+      this.#bumpContext(primary.endpointId, -primary.context);
+      this.#bumpContext(served, primary.context);
+    }
     primary.endpointId = served;
   }
 
@@ -186,6 +207,21 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(REQUESTS, e.endpointId, -1);
       e.holdsRequest = false;
     }
+    if (request && e.context > 0) {
+      this.#bumpContext(e.endpointId, -e.context);
+      e.context = 0;
+    }
+  }
+
+  #bumpContext(id: string, delta: number): void {
+    const v = (this.#context.get(id) ?? 0) + delta;
+    if (v > 0) this.#context.set(id, v);
+    else this.#context.delete(id);
+  }
+
+  /** Whole prompt tokens of this gateway's requests in flight on the endpoint. */
+  contextTokens(endpointId: string): number {
+    return this.#context.get(endpointId) ?? 0;
   }
 
   /**
@@ -235,6 +271,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     for (const peer of this.#peers.values())
       for (const id of [...peer.keys()]) if (!pool.has(id)) peer.delete(id);
     this.#counters.retain(pool);
+    for (const id of [...this.#context.keys()]) if (!pool.has(id)) this.#context.delete(id);
     this.prefillRates.retain(pool);
     this.recentPicks.retain(pool);
   }
@@ -245,6 +282,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     return {
       inFlightRequests: load.requests,
       inFlightTokens: load.tokens,
+      inFlightContextTokens: this.contextTokens(endpointId),
       learnedPrefillThroughput: rate.tokensPerSecond === undefined ? null : Math.round(rate.tokensPerSecond),
       prefillSamples: rate.samples,
       prefillTokensObserved: rate.tokensObserved,
@@ -348,6 +386,10 @@ class InflightView implements InFlightInfo {
 
   promptTokensPickedSince(id: string, since: number): number {
     return this.producer.recentPicks.since(id, since);
+  }
+
+  contextTokens(id: string): number {
+    return this.producer.contextTokens(id);
   }
 
   uncachedForAll(): number | null {
