@@ -147,6 +147,8 @@ export const decodeLoadParams = z.strictObject({
  * short chats, which a request count calls one request. Scored relatively, as active-request-scorer
  * does (idle → 1, else (max − load)/max), so it separates replicas at any scale; the in-flight
  * producer's own counts (no scrape lag). Without `contextTokens` from the producer, requests only.
+ * With peer gateways (src/scheduler/sync.ts) their requests count at `requestTokens` each: the sync
+ * carries request and un-prefilled token counts, not prompts held.
  */
 export class DecodeLoadScorer extends InflightScorer {
   constructor(
