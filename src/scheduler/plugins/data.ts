@@ -60,7 +60,12 @@ export interface InFlightInfo {
    * Optional: requests() and tokens() of every endpoint of the cycle's candidate list, by position
    * (read-only), so scorers walking all candidates need no lookup by id; null if unavailable.
    */
-  byPosition?(): { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> } | null;
+  byPosition?(): {
+    readonly requests: ArrayLike<number>;
+    readonly tokens: ArrayLike<number>;
+    /** contextTokens() by position, when the producer keeps it. */
+    readonly context?: ArrayLike<number>;
+  } | null;
   /** Optional: uncachedRequestTokens() when it is the same on every endpoint (nothing matched), else null. */
   uncachedForAll?(): number | null;
   /** Optional: the endpoint's prefill tokens/s learned from its first-token times; undefined until known. */

@@ -59,8 +59,6 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly #key: DataKey<InFlightInfo>;
   readonly #prefix: DataKey<PrefixMatchInfo> | null;
   readonly #counters = new Counters();
-  /** Endpoint → whole prompt tokens of the requests in flight there (this gateway's own). */
-  readonly #context = new Map<string, number>();
   readonly #records = new Map<string, Entry[]>();
   /** Each endpoint's prefill throughput, learned from pick → first-token times. */
   readonly prefillRates = new PrefillRateEstimator();
@@ -143,7 +141,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(TOKENS, id, tokens);
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
       const context = profile === PREFILL_PROFILE ? 0 : input;
-      if (context > 0) this.#bumpContext(id, context);
+      if (context > 0) this.#counters.bump(CONTEXT, id, context);
       entries.push({
         endpointId: id,
         profile,
@@ -191,10 +189,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     }
     c.bump(TOKENS, primary.endpointId, -primary.tokens);
     c.bump(TOKENS, served, primary.tokens);
-    if (primary.context > 0) {
-      this.#bumpContext(primary.endpointId, -primary.context);
-      this.#bumpContext(served, primary.context);
-    }
+    c.bump(CONTEXT, primary.endpointId, -primary.context);
+    c.bump(CONTEXT, served, primary.context);
     primary.endpointId = served;
   }
 
@@ -208,20 +204,14 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       e.holdsRequest = false;
     }
     if (request && e.context > 0) {
-      this.#bumpContext(e.endpointId, -e.context);
+      this.#counters.bump(CONTEXT, e.endpointId, -e.context);
       e.context = 0;
     }
   }
 
-  #bumpContext(id: string, delta: number): void {
-    const v = (this.#context.get(id) ?? 0) + delta;
-    if (v > 0) this.#context.set(id, v);
-    else this.#context.delete(id);
-  }
-
   /** Whole prompt tokens of this gateway's requests in flight on the endpoint. */
   contextTokens(endpointId: string): number {
-    return this.#context.get(endpointId) ?? 0;
+    return this.#counters.context.get(endpointId) ?? 0;
   }
 
   /**
@@ -271,7 +261,6 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     for (const peer of this.#peers.values())
       for (const id of [...peer.keys()]) if (!pool.has(id)) peer.delete(id);
     this.#counters.retain(pool);
-    for (const id of [...this.#context.keys()]) if (!pool.has(id)) this.#context.delete(id);
     this.prefillRates.retain(pool);
     this.recentPicks.retain(pool);
   }
@@ -300,6 +289,9 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
 const REQUESTS = 0;
 const TOKENS = 1;
+/** Whole prompt tokens in flight (decode context); this gateway's own, never a peer's. */
+const CONTEXT = 2;
+type Counter = typeof REQUESTS | typeof TOKENS | typeof CONTEXT;
 
 /**
  * Per-endpoint in-flight counters by id, mirrored in arrays aligned with the positions of the
@@ -310,9 +302,14 @@ const TOKENS = 1;
 class Counters {
   readonly requests = new Map<string, number>();
   readonly tokens = new Map<string, number>();
+  readonly context = new Map<string, number>();
   #positions: EndpointPositions | null = null;
   #version = -1;
-  readonly #at: [Float64Array, Float64Array] = [new Float64Array(0), new Float64Array(0)];
+  readonly #at: [Float64Array, Float64Array, Float64Array] = [
+    new Float64Array(0),
+    new Float64Array(0),
+    new Float64Array(0),
+  ];
 
   align(positions: EndpointPositions, candidates: readonly EndpointState[]): void {
     const n = candidates.length;
@@ -320,24 +317,31 @@ class Counters {
       return;
     const req = (this.#at[REQUESTS] = new Float64Array(n));
     const tok = (this.#at[TOKENS] = new Float64Array(n));
+    const ctx = (this.#at[CONTEXT] = new Float64Array(n));
     for (let i = 0; i < n; i++) {
       const id = candidates[i].id;
       req[i] = this.requests.get(id) ?? 0;
       tok[i] = this.tokens.get(id) ?? 0;
+      ctx[i] = this.context.get(id) ?? 0;
     }
     this.#positions = positions;
     this.#version = positions.version;
   }
 
   /** Counters by position in the list last aligned to. */
-  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+  byPosition(): {
+    readonly requests: Float64Array;
+    readonly tokens: Float64Array;
+    readonly context: Float64Array;
+  } | null {
     if (this.#positions === null) return null;
-    return { requests: this.#at[REQUESTS], tokens: this.#at[TOKENS] };
+    return { requests: this.#at[REQUESTS], tokens: this.#at[TOKENS], context: this.#at[CONTEXT] };
   }
 
   /** Adds `delta`, flooring at 0 (zero entries are dropped from the map). */
-  bump(which: typeof REQUESTS | typeof TOKENS, id: string, delta: number): void {
-    const m = which === REQUESTS ? this.requests : this.tokens;
+  bump(which: Counter, id: string, delta: number): void {
+    if (delta === 0) return;
+    const m = which === REQUESTS ? this.requests : which === TOKENS ? this.tokens : this.context;
     const v = (m.get(id) ?? 0) + delta;
     if (v > 0) m.set(id, v);
     else m.delete(id);
@@ -351,6 +355,7 @@ class Counters {
   retain(pool: ReadonlySet<string>): void {
     for (const id of [...this.requests.keys()]) if (!pool.has(id)) this.requests.delete(id);
     for (const id of [...this.tokens.keys()]) if (!pool.has(id)) this.tokens.delete(id);
+    for (const id of [...this.context.keys()]) if (!pool.has(id)) this.context.delete(id);
     this.#positions = null;
   }
 }
@@ -376,7 +381,11 @@ class InflightView implements InFlightInfo {
     return this.counters.tokens.get(id) ?? 0;
   }
 
-  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+  byPosition(): {
+    readonly requests: Float64Array;
+    readonly tokens: Float64Array;
+    readonly context: Float64Array;
+  } | null {
     return this.counters.byPosition();
   }
 

@@ -163,9 +163,11 @@ export class DecodeLoadScorer extends InflightScorer {
     const loads = requestCounts(cycle, endpoints, info, this.out.get(endpoints.length));
     const per = this.params.requestTokens;
     const n = loads.length;
+    const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
     let max = 0;
     for (let i = 0; i < n; i++) {
-      const l = loads[i] * per + (info.contextTokens?.(endpoints[i].id) ?? 0);
+      const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
+      const l = loads[i] * per + context;
       loads[i] = l;
       if (l > max) max = l;
     }
