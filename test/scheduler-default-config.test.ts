@@ -71,6 +71,114 @@ describe("default config", () => {
   });
 });
 
+/** Puts `req` on `on` (its only candidate) and starts its response: prefilled, now decoding. */
+async function decoding(
+  s: Awaited<ReturnType<typeof createScheduler>>["scheduler"],
+  req: RequestFacts,
+  on: EndpointState,
+  t: number,
+) {
+  const r = s.schedule(req, [on], t);
+  s.onPicked(req, r, t);
+  s.onResponseStarted(req, on.id, t + 0.1);
+}
+
+describe("default config: decode load in context tokens", () => {
+  /** A 50,000-character document (thousands of tokens) decoding on a, five short chats on b. */
+  async function pickShort(config: string) {
+    const { scheduler } = await createScheduler(config, { hasher: h, seed: 5 });
+    await decoding(
+      scheduler,
+      completion("doc", `${"a long contract clause. ".repeat(2000)}summary?`),
+      endpoint("a:1"),
+      0,
+    );
+    for (let i = 0; i < 5; i++)
+      await decoding(scheduler, completion(`s${i}`, `hello ${i}?`), endpoint("b:1"), 0);
+    // Same scraped KV on both, scraped after the picks: only the gateway's in-flight view differs.
+    const m = { kvCacheUsagePercent: 0.2, cacheNumBlocks: 1000, cacheBlockSize: 16, updateTime: 1 };
+    const pool = [endpoint("a:1", m), endpoint("b:1", m)];
+    return scheduler.schedule(completion("q", "what time is it?"), pool, 1).target?.id;
+  }
+
+  it("a short question goes to the replica with five short chats, not the one decoding a document", async () => {
+    // Each decode step reads every running sequence's context: one document outweighs many chats.
+    assert.equal(await pickShort(DEFAULT), "b:1");
+    // Counting requests, as llm-d's active-request-scorer does, the document's replica looks idler.
+    assert.equal(await pickShort(DEFAULT.replaceAll("decode-load-scorer", "active-request-scorer")), "a:1");
+  });
+
+  it("a replica's context is released when its request ends, not at the first token", async () => {
+    const cfg = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: inflight-load-producer
+- type: decode-load-scorer
+`;
+    const { scheduler } = await createScheduler(cfg, { hasher: h, seed: 1 });
+    const doc = completion("doc", "x ".repeat(4000));
+    await decoding(scheduler, doc, endpoint("a:1"), 0);
+    const pool = [endpoint("a:1"), endpoint("b:1")];
+    const before = scheduler.schedule(completion("q1", "hi"), pool, 1, { explain: true });
+    assert.equal(before.target?.id, "b:1", "after its first token the document still weighs on a");
+    scheduler.onResponseComplete(doc, "a:1", 2);
+    // Both idle again: a tie, which either replica may win; a must win it for some seed.
+    const winners = new Set<string>();
+    for (let seed = 1; seed <= 8; seed++) {
+      const { scheduler: s } = await createScheduler(cfg, { hasher: h, seed });
+      const d = completion("doc", "x ".repeat(4000));
+      await decoding(s, d, endpoint("a:1"), 0);
+      s.onResponseComplete(d, "a:1", 2);
+      winners.add(s.schedule(completion("q", "hi"), pool, 3).target?.id ?? "none");
+    }
+    assert.ok(winners.has("a:1"), `winners ${[...winners]}`);
+  });
+});
+
+describe("default config: one prefill rate for the pool in prefill-wait-scorer", () => {
+  /**
+   * a:1 has served only 1,000-token prompts, each first token 1 s after its pick (latency-bound: it
+   * "learns" 1,000 tok/s); b:1 two 20,000-token documents at 0.5 s each (40,000 tok/s). Both are idle
+   * when a new document arrives. Returns the winners over eight seeds.
+   */
+  async function newDocWinners(config: string) {
+    const winners = new Set<string>();
+    for (let seed = 1; seed <= 8; seed++) {
+      const { scheduler } = await createScheduler(config, { hasher: h, seed });
+      let t = 0;
+      for (let i = 0; i < 40; i++) {
+        const q = completion(`a${i}`, `${i} ${"abcd".repeat(1000)}`);
+        scheduler.onPicked(q, scheduler.schedule(q, [endpoint("a:1")], t), t);
+        scheduler.onResponseStarted(q, "a:1", (t += 1));
+        scheduler.onResponseComplete(q, "a:1", t);
+      }
+      for (let i = 0; i < 2; i++) {
+        const d = completion(`b${i}`, `${i} ${"wxyz".repeat(20000)}`);
+        scheduler.onPicked(d, scheduler.schedule(d, [endpoint("b:1")], t), t);
+        scheduler.onResponseStarted(d, "b:1", (t += 0.5));
+        scheduler.onResponseComplete(d, "b:1", t);
+      }
+      const pool = [endpoint("a:1", { updateTime: t }), endpoint("b:1", { updateTime: t })];
+      winners.add(
+        scheduler.schedule(completion("new", `new ${"efgh".repeat(20000)}`), pool, t).target?.id ?? "none",
+      );
+    }
+    return winners;
+  }
+
+  it("a new document may go to a replica that has only served short prompts", async () => {
+    // Shared rate: both idle, equal waits, a tie either replica can win.
+    assert.ok((await newDocWinners(DEFAULT)).has("a:1"));
+    // Per-replica learned rates: a's latency-bound 1,000 tok/s makes it look 40× slower, every time.
+    const learned = DEFAULT.replace(
+      "\n    learnPrefillThroughput: false\n",
+      "\n    learnPrefillThroughput: true\n",
+    );
+    assert.notEqual(learned, DEFAULT);
+    assert.deepEqual([...(await newDocWinners(learned))], ["b:1"]);
+  });
+});
+
 /** A gate config: release when the warm replica is > 1 s of prefill behind the best cold one. */
 function gate(learn: boolean) {
   return `apiVersion: llm-d.ai/v1alpha1

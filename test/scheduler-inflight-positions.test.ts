@@ -38,6 +38,7 @@ describe("in-flight counters by position", () => {
       cycle.candidates.forEach((e, i) => {
         assert.equal(at.requests[i], info.requests(e.id), `step ${step} requests ${e.id}`);
         assert.equal(at.tokens[i], info.tokens(e.id), `step ${step} tokens ${e.id}`);
+        assert.equal(at.context?.[i], info.contextTokens?.(e.id), `step ${step} context ${e.id}`);
       });
       assert.equal(at.requests.length, cycle.candidates.length);
       const target = cycle.candidates[rng.int(cycle.candidates.length)];
@@ -54,5 +55,8 @@ describe("in-flight counters by position", () => {
         p.onResponseComplete(o.req, served);
       }
     }
+    // Context is released at each request's end: an endpoint with no open request holds none.
+    const held = new Set(open.map((o) => o.target));
+    for (const e of pool) if (!held.has(e.id)) assert.equal(p.contextTokens(e.id), 0, e.id);
   });
 });

@@ -16,15 +16,14 @@ before(async () => {
 });
 
 /**
- * The default config's shape (config/examples/default.yaml) with prefill-wait-scorer in
- * token-load-scorer's place.
+ * The default config (config/examples/default.yaml, which has prefill-wait-scorer) with llm-d's
+ * active-request-scorer in decode-load-scorer's place: the replica prefilling a document then has
+ * the fewest requests, so only the prefill wait can send a short question elsewhere.
  */
-const WITH_WAIT = readFileSync("config/examples/default.yaml", "utf8")
-  .replace(
-    "- type: token-load-scorer\n  parameters:\n    queueThresholdTokens: 262144\n",
-    "- type: prefill-wait-scorer\n",
-  )
-  .replace("pluginRef: token-load-scorer", "pluginRef: prefill-wait-scorer");
+const WITH_WAIT = readFileSync("config/examples/default.yaml", "utf8").replaceAll(
+  "decode-load-scorer",
+  "active-request-scorer",
+);
 /** ~40,000 pseudo-tokens (4 bytes each) of a prompt nobody has seen: a long document. */
 const longDoc = (tag: string) => `${tag} ${"abcd".repeat(40000)}`;
 
@@ -54,7 +53,7 @@ describe("prefill-wait-scorer beside the default config's scorers", () => {
         explain: true,
       });
       assert.equal(r.target?.id, "b:1", `seed ${seed}`);
-      assert.ok(!/(type|pluginRef): token-load-scorer/.test(WITH_WAIT));
+      assert.ok(/pluginRef: prefill-wait-scorer/.test(WITH_WAIT));
       // The decision is the prefill wait's: a:1 wins on in-flight requests.
       const cands = r.explanation?.profiles.default.candidates ?? [];
       const raw = (id: string, type: string) =>

@@ -38,6 +38,7 @@ import {
 import { transferCostDeciderSpec } from "./plugins/profiles/transfer-cost-decider.ts";
 import {
   activeRequestSpec,
+  decodeLoadSpec,
   kvPressureSpec,
   leastRequestSpec,
   tokenLoadSpec,
@@ -125,6 +126,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   kvCacheScorerSpec,
   loadAwareScorerSpec,
   activeRequestSpec,
+  decodeLoadSpec,
   tokenLoadSpec,
   leastRequestSpec,
   kvPressureSpec,

@@ -60,13 +60,23 @@ export interface InFlightInfo {
    * Optional: requests() and tokens() of every endpoint of the cycle's candidate list, by position
    * (read-only), so scorers walking all candidates need no lookup by id; null if unavailable.
    */
-  byPosition?(): { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> } | null;
+  byPosition?(): {
+    readonly requests: ArrayLike<number>;
+    readonly tokens: ArrayLike<number>;
+    /** contextTokens() by position, when the producer keeps it. */
+    readonly context?: ArrayLike<number>;
+  } | null;
   /** Optional: uncachedRequestTokens() when it is the same on every endpoint (nothing matched), else null. */
   uncachedForAll?(): number | null;
   /** Optional: the endpoint's prefill tokens/s learned from its first-token times; undefined until known. */
   prefillRate?(endpointId: string): number | undefined;
   /** Optional: uncached prompt tokens the gateway sent to the endpoint after time `since` (seconds). */
   promptTokensPickedSince?(endpointId: string, since: number): number;
+  /**
+   * Optional: whole prompt tokens (cached part included) of the requests in flight on the endpoint,
+   * held until each ends: the context its decode steps read.
+   */
+  contextTokens?(endpointId: string): number;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

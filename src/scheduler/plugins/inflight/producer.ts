@@ -5,7 +5,9 @@
  * After the pick it adds one request and the request's *uncached* prompt tokens to each profile's
  * target; at the first response chunk prefill is done, so prompt tokens are released (the
  * `prefill` profile's entry in full); at the end the request is released. Optionally adds an
- * output-token estimate (addEstimatedOutputTokens), held until the end.
+ * output-token estimate (addEstimatedOutputTokens), held until the end. It also keeps each
+ * endpoint's in-flight *context*: the whole prompt (cached part included) of every request it is
+ * serving, held until the end — what each decode step reads, for decode-load-scorer.
  */
 import { z } from "zod";
 import type { Hasher } from "../../hash.ts";
@@ -48,6 +50,8 @@ interface Entry {
   /** Uncached prompt tokens (no output estimate) and the pick time: a prefill-rate sample. */
   promptTokens: number;
   pickedAt: number;
+  /** Whole prompt tokens held in the endpoint's context until the end (0 on a P/D prefill leg). */
+  context: number;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -127,6 +131,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
   preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
     const view = this.#view(cycle);
+    const input = flatPrompt(cycle, this.hasher).tokenCount;
     const entries = this.#records.get(result.requestId) ?? [];
     for (const [profile, r] of Object.entries(result.profiles)) {
       if (r.target === null) continue;
@@ -135,7 +140,17 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(REQUESTS, id, 1);
       this.#counters.bump(TOKENS, id, tokens);
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
-      entries.push({ endpointId: id, profile, tokens, holdsRequest: true, promptTokens, pickedAt: now });
+      const context = profile === PREFILL_PROFILE ? 0 : input;
+      if (context > 0) this.#counters.bump(CONTEXT, id, context);
+      entries.push({
+        endpointId: id,
+        profile,
+        tokens,
+        holdsRequest: true,
+        promptTokens,
+        pickedAt: now,
+        context,
+      });
       this.recentPicks.add(id, now, promptTokens);
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
@@ -174,6 +189,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     }
     c.bump(TOKENS, primary.endpointId, -primary.tokens);
     c.bump(TOKENS, served, primary.tokens);
+    c.bump(CONTEXT, primary.endpointId, -primary.context);
+    c.bump(CONTEXT, served, primary.context);
     primary.endpointId = served;
   }
 
@@ -186,6 +203,15 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(REQUESTS, e.endpointId, -1);
       e.holdsRequest = false;
     }
+    if (request && e.context > 0) {
+      this.#counters.bump(CONTEXT, e.endpointId, -e.context);
+      e.context = 0;
+    }
+  }
+
+  /** Whole prompt tokens of this gateway's requests in flight on the endpoint. */
+  contextTokens(endpointId: string): number {
+    return this.#counters.context.get(endpointId) ?? 0;
   }
 
   /**
@@ -245,6 +271,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     return {
       inFlightRequests: load.requests,
       inFlightTokens: load.tokens,
+      inFlightContextTokens: this.contextTokens(endpointId),
       learnedPrefillThroughput: rate.tokensPerSecond === undefined ? null : Math.round(rate.tokensPerSecond),
       prefillSamples: rate.samples,
       prefillTokensObserved: rate.tokensObserved,
@@ -262,6 +289,9 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
 
 const REQUESTS = 0;
 const TOKENS = 1;
+/** Whole prompt tokens in flight (decode context); this gateway's own, never a peer's. */
+const CONTEXT = 2;
+type Counter = typeof REQUESTS | typeof TOKENS | typeof CONTEXT;
 
 /**
  * Per-endpoint in-flight counters by id, mirrored in arrays aligned with the positions of the
@@ -272,9 +302,14 @@ const TOKENS = 1;
 class Counters {
   readonly requests = new Map<string, number>();
   readonly tokens = new Map<string, number>();
+  readonly context = new Map<string, number>();
   #positions: EndpointPositions | null = null;
   #version = -1;
-  readonly #at: [Float64Array, Float64Array] = [new Float64Array(0), new Float64Array(0)];
+  readonly #at: [Float64Array, Float64Array, Float64Array] = [
+    new Float64Array(0),
+    new Float64Array(0),
+    new Float64Array(0),
+  ];
 
   align(positions: EndpointPositions, candidates: readonly EndpointState[]): void {
     const n = candidates.length;
@@ -282,24 +317,31 @@ class Counters {
       return;
     const req = (this.#at[REQUESTS] = new Float64Array(n));
     const tok = (this.#at[TOKENS] = new Float64Array(n));
+    const ctx = (this.#at[CONTEXT] = new Float64Array(n));
     for (let i = 0; i < n; i++) {
       const id = candidates[i].id;
       req[i] = this.requests.get(id) ?? 0;
       tok[i] = this.tokens.get(id) ?? 0;
+      ctx[i] = this.context.get(id) ?? 0;
     }
     this.#positions = positions;
     this.#version = positions.version;
   }
 
   /** Counters by position in the list last aligned to. */
-  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+  byPosition(): {
+    readonly requests: Float64Array;
+    readonly tokens: Float64Array;
+    readonly context: Float64Array;
+  } | null {
     if (this.#positions === null) return null;
-    return { requests: this.#at[REQUESTS], tokens: this.#at[TOKENS] };
+    return { requests: this.#at[REQUESTS], tokens: this.#at[TOKENS], context: this.#at[CONTEXT] };
   }
 
   /** Adds `delta`, flooring at 0 (zero entries are dropped from the map). */
-  bump(which: typeof REQUESTS | typeof TOKENS, id: string, delta: number): void {
-    const m = which === REQUESTS ? this.requests : this.tokens;
+  bump(which: Counter, id: string, delta: number): void {
+    if (delta === 0) return;
+    const m = which === REQUESTS ? this.requests : which === TOKENS ? this.tokens : this.context;
     const v = (m.get(id) ?? 0) + delta;
     if (v > 0) m.set(id, v);
     else m.delete(id);
@@ -313,6 +355,7 @@ class Counters {
   retain(pool: ReadonlySet<string>): void {
     for (const id of [...this.requests.keys()]) if (!pool.has(id)) this.requests.delete(id);
     for (const id of [...this.tokens.keys()]) if (!pool.has(id)) this.tokens.delete(id);
+    for (const id of [...this.context.keys()]) if (!pool.has(id)) this.context.delete(id);
     this.#positions = null;
   }
 }
@@ -338,7 +381,11 @@ class InflightView implements InFlightInfo {
     return this.counters.tokens.get(id) ?? 0;
   }
 
-  byPosition(): { readonly requests: Float64Array; readonly tokens: Float64Array } | null {
+  byPosition(): {
+    readonly requests: Float64Array;
+    readonly tokens: Float64Array;
+    readonly context: Float64Array;
+  } | null {
     return this.counters.byPosition();
   }
 
@@ -348,6 +395,10 @@ class InflightView implements InFlightInfo {
 
   promptTokensPickedSince(id: string, since: number): number {
     return this.producer.recentPicks.since(id, since);
+  }
+
+  contextTokens(id: string): number {
+    return this.producer.contextTokens(id);
   }
 
   uncachedForAll(): number | null {

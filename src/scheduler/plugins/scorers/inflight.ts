@@ -6,6 +6,8 @@
  *   least-request-scorer   kvgate-only baseline: min-max over in-flight requests (fewest → 1, all equal → 1)
  *   kv-pressure-scorer     kvgate-only: 1 − min(1, kvCacheUsagePercent + tokens picked since that scrape
  *                          / KV capacity) — llm-d's kv-cache-utilization-scorer without the scrape lag
+ *   decode-load-scorer     kvgate-only: active-request-scorer's (max − load)/max with load counted in
+ *                          context tokens, Σ (whole prompt + requestTokens) over in-flight requests
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -129,6 +131,51 @@ export class TokenLoadScorer extends InflightScorer {
   }
 }
 
+export const decodeLoadParams = z.strictObject({
+  /**
+   * What one request adds to every decode step beyond its prompt, in tokens of context: the engine's
+   * per-sequence cost (vLLM's per-request step overhead is about 70 tokens' worth of KV read on an
+   * 8B model; BLIS's trained-physics β6) plus the output it accumulates while it decodes.
+   */
+  requestTokens: z.number().int().nonnegative().default(256),
+  inFlightLoadProducerName: producerParam,
+});
+
+/**
+ * Decode load as each step pays it: a decoding step reads every running sequence's whole context,
+ * so a replica decoding one 50,000-token document is as slow per step as one decoding a few hundred
+ * short chats, which a request count calls one request. Scored relatively, as active-request-scorer
+ * does (idle → 1, else (max − load)/max), so it separates replicas at any scale; the in-flight
+ * producer's own counts (no scrape lag). Without `contextTokens` from the producer, requests only.
+ * With peer gateways (src/scheduler/sync.ts) their requests count at `requestTokens` each: the sync
+ * carries request and un-prefilled token counts, not prompts held.
+ */
+export class DecodeLoadScorer extends InflightScorer {
+  constructor(
+    name: string,
+    readonly params: z.output<typeof decodeLoadParams>,
+  ) {
+    super("decode-load-scorer", name, params.inFlightLoadProducerName as string);
+  }
+
+  score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
+    const info = this.info(cycle);
+    const loads = requestCounts(cycle, endpoints, info, this.out.get(endpoints.length));
+    const per = this.params.requestTokens;
+    const n = loads.length;
+    const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
+    let max = 0;
+    for (let i = 0; i < n; i++) {
+      const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
+      const l = loads[i] * per + context;
+      loads[i] = l;
+      if (l > max) max = l;
+    }
+    for (let i = 0; i < n; i++) loads[i] = loads[i] <= 0 ? 1 : (max - loads[i]) / max;
+    return loads;
+  }
+}
+
 export const leastRequestParams = z.strictObject({ inFlightLoadProducerName: producerParam });
 
 export class LeastRequestScorer extends InflightScorer {
@@ -161,6 +208,18 @@ export const tokenLoadSpec = spec({
   params: tokenLoadParams,
   needs: inflightNeed,
   factory: (name, p) => new TokenLoadScorer(name, p),
+});
+
+export const decodeLoadSpec = spec({
+  type: "decode-load-scorer",
+  stability: "alpha",
+  kind: "scorer",
+  kvgateOnly: true,
+  summary:
+    "Prefers endpoints whose in-flight requests hold less context (whole prompts + a per-request cost).",
+  params: decodeLoadParams,
+  needs: inflightNeed,
+  factory: (name, p) => new DecodeLoadScorer(name, p),
 });
 
 export const leastRequestSpec = spec({
