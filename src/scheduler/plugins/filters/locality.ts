@@ -17,10 +17,20 @@
  * the traffic stays home. While a group spills, its
  * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
  * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
- * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
+ * local endpoints with headroom stay in. Of the group that joined, only its endpoints below 1.0 are
+ * candidates: spilled traffic pays a round trip already and must not also queue behind a full remote
+ * batch. Hysteresis: once a group spilled it keeps spilling until
  * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
  * local and remote (each flap shreds prefix locality). With `spill: false` the filter is "local
  * only": the nearest group that has any endpoint, always.
+ *
+ * `maxNumSeqs` (the replicas' vLLM `--max-num-seqs`) adds the gateway's own request count: a replica
+ * it has that many requests in flight on has a full batch, where one more waits for a running
+ * request to end (hundreds of ms for long answers) while its prefix cache makes it look the best
+ * choice. It counts as saturation 1.0, and between measurements a replica whose batch fills is
+ * dropped from the list on the next request (unless every candidate is full), so no request is sent
+ * into a full batch while another candidate has a free place. Scrapes lag by up to a scrape period;
+ * the in-flight count does not.
  */
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
@@ -59,6 +69,12 @@ export const localityParams = z
      */
     inflightTokensThreshold: z.number().positive().optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
+    /**
+     * Optional: the replicas' vLLM `--max-num-seqs`. A replica the gateway has this many requests in
+     * flight on has a full batch — one more waits for a running request to end, which no scrape
+     * shows until the next one — and counts as saturation 1.0.
+     */
+    maxNumSeqs: z.number().int().positive().optional(),
     /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
     rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
   })
@@ -102,7 +118,7 @@ export class LocalityFilter implements Filter {
     });
     this.#remeasureS = this.params.remeasureMs / 1000;
     this.#inflight =
-      this.params.inflightTokensThreshold === undefined
+      this.params.inflightTokensThreshold === undefined && this.params.maxNumSeqs === undefined
         ? null
         : inflightKey(this.params.inFlightLoadProducerName ?? "inflight-load-producer");
     this.#originKey = originKey(this.params.labels, this.params.origin);
@@ -116,7 +132,11 @@ export class LocalityFilter implements Filter {
   #saturation(e: EndpointState, now: number, inflight: InFlightInfo | undefined): number {
     const s = this.#measure.endpointSaturation(e, now);
     if (inflight === undefined) return s;
-    return Math.max(s, inflight.tokens(e.id) / (this.params.inflightTokensThreshold as number));
+    const p = this.params;
+    const tokens =
+      p.inflightTokensThreshold === undefined ? 0 : inflight.tokens(e.id) / p.inflightTokensThreshold;
+    const full = p.maxNumSeqs !== undefined && inflight.requests(e.id) >= p.maxNumSeqs ? 1 : 0;
+    return Math.max(s, tokens, full);
   }
 
   #groupSaturation(g: readonly EndpointState[], now: number, inflight: InFlightInfo | undefined): number {
@@ -140,11 +160,25 @@ export class LocalityFilter implements Filter {
     const groups = this.#grouped(key, origin, endpoints, !fresh);
     if (groups.length === 1) return endpoints;
     if (!this.params.spill) return groups[0];
-    if (fresh && last.groups === groups) return last.out;
-    const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
-    const out = this.#spill(key, groups, now, last?.out, inflight);
-    this.#measured.set(key, { at: now, groups, out });
-    return out;
+    let out: readonly EndpointState[];
+    if (fresh && last.groups === groups) out = last.out;
+    else {
+      const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
+      out = this.#spill(key, groups, now, last?.out, inflight);
+      this.#measured.set(key, { at: now, groups, out });
+    }
+    return this.params.maxNumSeqs === undefined ? out : this.#notFull(cycle, out, this.params.maxNumSeqs);
+  }
+
+  /** `out` without the endpoints whose batch filled since the measurement (unless all are full). */
+  #notFull(cycle: CycleState, out: readonly EndpointState[], max: number): readonly EndpointState[] {
+    const info = cycle.get(this.#inflight as DataKey<InFlightInfo>);
+    if (info === undefined) return out;
+    let i = 0;
+    while (i < out.length && info.requests(out[i].id) < max) i++;
+    if (i === out.length) return out;
+    const kept = out.filter((e) => info.requests(e.id) < max);
+    return kept.length > 0 ? kept : out;
   }
 
   /** Re-measures `key`'s saturation: the nearest group alone, or the spill list (see the header). */
@@ -187,7 +221,10 @@ export class LocalityFilter implements Filter {
     for (const g of joined.slice(0, -1))
       for (const e of groups[g])
         if (this.#saturation(e, now, inflight) < this.params.spillThreshold) out.push(e);
-    for (const e of groups[joined[joined.length - 1]]) out.push(e);
+    // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
+    // behind a remote batch that is itself full (the group has some, or it was passed over above).
+    for (const e of groups[joined[joined.length - 1]])
+      if (this.#saturation(e, now, inflight) < 1) out.push(e);
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
     if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
@@ -272,7 +309,8 @@ export const localityFilterSpec = spec({
   params: localityParams,
   kvgateOnly: true,
   needs: (p) =>
-    (p as LocalityParams).inflightTokensThreshold === undefined
+    (p as LocalityParams).inflightTokensThreshold === undefined &&
+    (p as LocalityParams).maxNumSeqs === undefined
       ? []
       : [{ family: "inflight-load", param: "inFlightLoadProducerName", required: true }],
   factory: (name, params) => new LocalityFilter(name, params as LocalityParams),
