@@ -293,4 +293,36 @@ schedulingProfiles:
     assert.deepEqual(run(f, eps), ["x:1"]);
     assert.equal(f.spilling({ [REGION_LABEL]: "us-east" }), 1);
   });
+
+  it("with maxNumSeqs in a config, the scheduler stops sending to a replica once its own picks fill the batch", async () => {
+    const { scheduler } = await createScheduler(
+      `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: locality-filter
+  parameters: { origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2 }
+- type: inflight-load-producer
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: locality-filter
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`,
+      { seed: 1 },
+    );
+    // a looks idle to every scrape, b has a queue of 2 (below the region's spill line): the queue
+    // scorer prefers a until the gateway's own two requests fill a's batch.
+    const eps = [at("a:1", "us-east", "z", 0), at("b:1", "us-east", "z", 2), at("c:1", "us-west", "z", 0)];
+    const picks: string[] = [];
+    for (let k = 0; k < 3; k++) {
+      const req = completion(`r${k}`, "hi");
+      const res = scheduler.schedule(req, eps, k * 0.001);
+      picks.push(res.target?.id ?? "");
+      scheduler.onPicked(req, res, k * 0.001);
+    }
+    assert.deepEqual(picks, ["a:1", "a:1", "b:1"]);
+  });
 });

@@ -107,6 +107,8 @@ export class LocalityFilter implements Filter {
   readonly #inflight: DataKey<InFlightInfo> | null;
   /** remeasureMs in seconds. */
   readonly #remeasureS: number;
+  /** maxNumSeqs: positions in the candidate list of the last list checked for full batches. */
+  #outPositions: { out: readonly EndpointState[]; version: number; idx: Int32Array } | null = null;
 
   constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
     this.typedName = { type: LOCALITY_FILTER_TYPE, name };
@@ -167,17 +169,41 @@ export class LocalityFilter implements Filter {
       out = this.#spill(key, groups, now, last?.out, inflight);
       this.#measured.set(key, { at: now, groups, out });
     }
-    return this.params.maxNumSeqs === undefined ? out : this.#notFull(cycle, out, this.params.maxNumSeqs);
+    const max = this.params.maxNumSeqs;
+    return max === undefined ? out : this.#notFull(cycle, endpoints, out, max);
   }
 
   /** `out` without the endpoints whose batch filled since the measurement (unless all are full). */
-  #notFull(cycle: CycleState, out: readonly EndpointState[], max: number): readonly EndpointState[] {
+  #notFull(
+    cycle: CycleState,
+    endpoints: readonly EndpointState[],
+    out: readonly EndpointState[],
+    max: number,
+  ): readonly EndpointState[] {
     const info = cycle.get(this.#inflight as DataKey<InFlightInfo>);
     if (info === undefined) return out;
+    // On every request: read the in-flight counts by position (the producer's arrays aligned with the
+    // candidate list) through `out`'s positions, computed once per list, not one lookup per endpoint.
+    const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
+    const positions = at === null ? null : cycle.positions(endpoints);
+    let idx: Int32Array | null = null;
+    if (at !== null && positions !== null) {
+      const c = this.#outPositions;
+      if (c !== null && c.out === out && c.version === positions.version) idx = c.idx;
+      else {
+        idx = Int32Array.from(out, (e) => positions.indexOf(e.id));
+        this.#outPositions = { out, version: positions.version, idx };
+      }
+    }
+    const requests = (i: number) =>
+      idx !== null && idx[i] >= 0
+        ? (at as { requests: ArrayLike<number> }).requests[idx[i]]
+        : info.requests(out[i].id);
     let i = 0;
-    while (i < out.length && info.requests(out[i].id) < max) i++;
+    while (i < out.length && requests(i) < max) i++;
     if (i === out.length) return out;
-    const kept = out.filter((e) => info.requests(e.id) < max);
+    const kept: EndpointState[] = [];
+    for (let k = 0; k < out.length; k++) if (requests(k) < max) kept.push(out[k]);
     return kept.length > 0 ? kept : out;
   }
 
