@@ -195,15 +195,21 @@ export class LocalityFilter implements Filter {
         this.#outPositions = { out, version: positions.version, idx };
       }
     }
-    const requests = (i: number) =>
-      idx !== null && idx[i] >= 0
-        ? (at as { requests: ArrayLike<number> }).requests[idx[i]]
-        : info.requests(out[i].id);
-    let i = 0;
-    while (i < out.length && requests(i) < max) i++;
-    if (i === out.length) return out;
-    const kept: EndpointState[] = [];
-    for (let k = 0; k < out.length; k++) if (requests(k) < max) kept.push(out[k]);
+    let kept: EndpointState[] | null = null;
+    if (idx !== null) {
+      const req = (at as { requests: ArrayLike<number> }).requests;
+      for (let i = 0; i < out.length; i++) {
+        const r = idx[i] >= 0 ? req[idx[i]] : info.requests(out[i].id);
+        if (r >= max && kept === null) kept = out.slice(0, i);
+        else if (r < max && kept !== null) kept.push(out[i]);
+      }
+    } else
+      for (let i = 0; i < out.length; i++) {
+        const r = info.requests(out[i].id);
+        if (r >= max && kept === null) kept = out.slice(0, i);
+        else if (r < max && kept !== null) kept.push(out[i]);
+      }
+    if (kept === null) return out;
     return kept.length > 0 ? kept : out;
   }
 
