@@ -281,6 +281,27 @@ schedulingProfiles:
     assert.deepEqual(run_({ "a:1": 4 }, 0.1), ["b:1", "c:1"]);
     // Every candidate full: the list is kept whole rather than emptied.
     assert.deepEqual(run_({ "a:1": 4, "b:1": 4, "c:1": 4 }, 0.2), ["a:1", "b:1"]);
+    // Local only, or a pool in one region: a full replica is still not sent more while another has room.
+    for (const only of [{ spill: false }, { origin: { [REGION_LABEL]: "eu" } }]) {
+      const h = new LocalityFilter("h", {
+        labels: [REGION_LABEL],
+        maxNumSeqs: 4,
+        inFlightLoadProducerName: "i",
+        ...only,
+      });
+      const local = only.spill === false ? eps : eps.slice(0, 2);
+      const x = cycleFor(
+        completion("r", "hi", only.spill === false ? { locality: { [REGION_LABEL]: "us-east" } } : {}),
+        local,
+        0,
+      );
+      x.set(inflightKey("i"), {
+        requests: (id) => (id === "a:1" ? 4 : 0),
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+      });
+      assert.deepEqual(ids(h.filter(x, local)), ["b:1"]);
+    }
     // The same counts without maxNumSeqs change nothing: the scrapes say idle.
     const g = new LocalityFilter("g", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
     assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), eps, 0), eps)), ["a:1", "b:1"]);

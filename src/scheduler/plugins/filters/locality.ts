@@ -160,10 +160,10 @@ export class LocalityFilter implements Filter {
     const now = cycle.now;
     const fresh = last !== undefined && now >= last.at && now - last.at < this.#remeasureS;
     const groups = this.#grouped(key, origin, endpoints, !fresh);
-    if (groups.length === 1) return endpoints;
-    if (!this.params.spill) return groups[0];
     let out: readonly EndpointState[];
-    if (fresh && last.groups === groups) out = last.out;
+    if (groups.length === 1) out = endpoints;
+    else if (!this.params.spill) out = groups[0];
+    else if (fresh && last.groups === groups) out = last.out;
     else {
       const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
       out = this.#spill(key, groups, now, last?.out, inflight);
