@@ -247,4 +247,103 @@ schedulingProfiles:
     (e2[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9;
     assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), e2, 1), e2)), ["c:1"]);
   });
+
+  it("with maxNumSeqs, a replica whose batch the gateway has filled is left out at once, and spills its region", () => {
+    const f = new LocalityFilter("f", {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      spillThreshold: 0.2,
+      recoverThreshold: 0.1,
+      maxNumSeqs: 4,
+      inFlightLoadProducerName: "i",
+    });
+    assert.deepEqual(
+      f.consumes().required.map((k) => k.name),
+      ["inflight-load/i"],
+    );
+    // Scrapes say every replica is idle; only the gateway knows how many requests it sent.
+    const eps = [at("a:1", "us-east", "z"), at("b:1", "us-east", "z"), at("c:1", "us-west", "z")];
+    const run_ = (requests: Record<string, number>, now: number) => {
+      const x = cycleFor(completion("r", "hi"), eps, now);
+      const info: InFlightInfo = {
+        requests: (id) => requests[id] ?? 0,
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+      };
+      x.set(inflightKey("i"), info);
+      return ids(f.filter(x, eps));
+    };
+    // a one short of full: both local replicas, no spill.
+    assert.deepEqual(run_({ "a:1": 3 }, 0), ["a:1", "b:1"]);
+    // a fills within the remeasure window: the cached list still says "home", but a is dropped now.
+    assert.deepEqual(run_({ "a:1": 4 }, 0.01), ["b:1"]);
+    // Re-measured: a full (1.0) and b idle average 0.5 ≥ 0.2, so the region spills; a steps aside.
+    assert.deepEqual(run_({ "a:1": 4 }, 0.1), ["b:1", "c:1"]);
+    // Every candidate full: the list is kept whole rather than emptied.
+    assert.deepEqual(run_({ "a:1": 4, "b:1": 4, "c:1": 4 }, 0.2), ["a:1", "b:1"]);
+    // Local only, or a pool in one region: a full replica is still not sent more while another has room.
+    for (const only of [{ spill: false }, { origin: { [REGION_LABEL]: "eu" } }]) {
+      const h = new LocalityFilter("h", {
+        labels: [REGION_LABEL],
+        maxNumSeqs: 4,
+        inFlightLoadProducerName: "i",
+        ...only,
+      });
+      const local = only.spill === false ? eps : eps.slice(0, 2);
+      const x = cycleFor(
+        completion("r", "hi", only.spill === false ? { locality: { [REGION_LABEL]: "us-east" } } : {}),
+        local,
+        0,
+      );
+      x.set(inflightKey("i"), {
+        requests: (id) => (id === "a:1" ? 4 : 0),
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+      });
+      assert.deepEqual(ids(h.filter(x, local)), ["b:1"]);
+    }
+    // The same counts without maxNumSeqs change nothing: the scrapes say idle.
+    const g = new LocalityFilter("g", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    assert.deepEqual(ids(g.filter(cycleFor(completion("r", "hi"), eps, 0), eps)), ["a:1", "b:1"]);
+  });
+
+  it("spills only into the joining region's endpoints with headroom, never behind a full remote batch", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    // East saturated (queue 5 = 1.0); west has one saturated replica (w:1) and one idle (x:1).
+    const eps = [at("e:1", "us-east", "z", 5), at("w:1", "us-west", "z", 5), at("x:1", "us-west", "z", 0)];
+    assert.deepEqual(run(f, eps), ["x:1"]);
+    assert.equal(f.spilling({ [REGION_LABEL]: "us-east" }), 1);
+  });
+
+  it("with maxNumSeqs in a config, the scheduler stops sending to a replica once its own picks fill the batch", async () => {
+    const { scheduler } = await createScheduler(
+      `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: locality-filter
+  parameters: { origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2 }
+- type: inflight-load-producer
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: locality-filter
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`,
+      { seed: 1 },
+    );
+    // a looks idle to every scrape, b has a queue of 2 (below the region's spill line): the queue
+    // scorer prefers a until the gateway's own two requests fill a's batch.
+    const eps = [at("a:1", "us-east", "z", 0), at("b:1", "us-east", "z", 2), at("c:1", "us-west", "z", 0)];
+    const picks: string[] = [];
+    for (let k = 0; k < 3; k++) {
+      const req = completion(`r${k}`, "hi");
+      const res = scheduler.schedule(req, eps, k * 0.001);
+      picks.push(res.target?.id ?? "");
+      scheduler.onPicked(req, res, k * 0.001);
+    }
+    assert.deepEqual(picks, ["a:1", "a:1", "b:1"]);
+  });
 });

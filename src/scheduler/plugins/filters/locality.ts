@@ -17,10 +17,20 @@
  * the traffic stays home. While a group spills, its
  * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
  * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
- * local endpoints with headroom stay in. Hysteresis: once a group spilled it keeps spilling until
+ * local endpoints with headroom stay in. Of the group that joined, only its endpoints below 1.0 are
+ * candidates: spilled traffic pays a round trip already and must not also queue behind a full remote
+ * batch. Hysteresis: once a group spilled it keeps spilling until
  * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
  * local and remote (each flap shreds prefix locality). With `spill: false` the filter is "local
  * only": the nearest group that has any endpoint, always.
+ *
+ * `maxNumSeqs` (the replicas' vLLM `--max-num-seqs`) adds the gateway's own request count: a replica
+ * it has that many requests in flight on has a full batch, where one more waits for a running
+ * request to end (hundreds of ms for long answers) while its prefix cache makes it look the best
+ * choice. It counts as saturation 1.0, and between measurements a replica whose batch fills is
+ * dropped from the list on the next request (unless every candidate is full), so no request is sent
+ * into a full batch while another candidate has a free place. Scrapes lag by up to a scrape period;
+ * the in-flight count does not.
  */
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
@@ -59,6 +69,12 @@ export const localityParams = z
      */
     inflightTokensThreshold: z.number().positive().optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
+    /**
+     * Optional: the replicas' vLLM `--max-num-seqs`. A replica the gateway has this many requests in
+     * flight on has a full batch — one more waits for a running request to end, which no scrape
+     * shows until the next one — and counts as saturation 1.0.
+     */
+    maxNumSeqs: z.number().int().positive().optional(),
     /** Round-trip times between values of the coarsest label, "a/b": ms (either order). */
     rttMs: z.record(z.string(), z.number().nonnegative()).default({}),
   })
@@ -91,6 +107,8 @@ export class LocalityFilter implements Filter {
   readonly #inflight: DataKey<InFlightInfo> | null;
   /** remeasureMs in seconds. */
   readonly #remeasureS: number;
+  /** maxNumSeqs: positions in the candidate list of the last list checked for full batches. */
+  #outPositions: { out: readonly EndpointState[]; version: number; idx: Int32Array } | null = null;
 
   constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
     this.typedName = { type: LOCALITY_FILTER_TYPE, name };
@@ -102,7 +120,7 @@ export class LocalityFilter implements Filter {
     });
     this.#remeasureS = this.params.remeasureMs / 1000;
     this.#inflight =
-      this.params.inflightTokensThreshold === undefined
+      this.params.inflightTokensThreshold === undefined && this.params.maxNumSeqs === undefined
         ? null
         : inflightKey(this.params.inFlightLoadProducerName ?? "inflight-load-producer");
     this.#originKey = originKey(this.params.labels, this.params.origin);
@@ -116,7 +134,11 @@ export class LocalityFilter implements Filter {
   #saturation(e: EndpointState, now: number, inflight: InFlightInfo | undefined): number {
     const s = this.#measure.endpointSaturation(e, now);
     if (inflight === undefined) return s;
-    return Math.max(s, inflight.tokens(e.id) / (this.params.inflightTokensThreshold as number));
+    const p = this.params;
+    const tokens =
+      p.inflightTokensThreshold === undefined ? 0 : inflight.tokens(e.id) / p.inflightTokensThreshold;
+    const full = p.maxNumSeqs !== undefined && inflight.requests(e.id) >= p.maxNumSeqs ? 1 : 0;
+    return Math.max(s, tokens, full);
   }
 
   #groupSaturation(g: readonly EndpointState[], now: number, inflight: InFlightInfo | undefined): number {
@@ -138,13 +160,57 @@ export class LocalityFilter implements Filter {
     const now = cycle.now;
     const fresh = last !== undefined && now >= last.at && now - last.at < this.#remeasureS;
     const groups = this.#grouped(key, origin, endpoints, !fresh);
-    if (groups.length === 1) return endpoints;
-    if (!this.params.spill) return groups[0];
-    if (fresh && last.groups === groups) return last.out;
-    const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
-    const out = this.#spill(key, groups, now, last?.out, inflight);
-    this.#measured.set(key, { at: now, groups, out });
-    return out;
+    let out: readonly EndpointState[];
+    if (groups.length === 1) out = endpoints;
+    else if (!this.params.spill) out = groups[0];
+    else if (fresh && last.groups === groups) out = last.out;
+    else {
+      const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
+      out = this.#spill(key, groups, now, last?.out, inflight);
+      this.#measured.set(key, { at: now, groups, out });
+    }
+    const max = this.params.maxNumSeqs;
+    return max === undefined ? out : this.#notFull(cycle, endpoints, out, max);
+  }
+
+  /** `out` without the endpoints whose batch filled since the measurement (unless all are full). */
+  #notFull(
+    cycle: CycleState,
+    endpoints: readonly EndpointState[],
+    out: readonly EndpointState[],
+    max: number,
+  ): readonly EndpointState[] {
+    const info = cycle.get(this.#inflight as DataKey<InFlightInfo>);
+    if (info === undefined) return out;
+    // On every request: read the in-flight counts by position (the producer's arrays aligned with the
+    // candidate list) through `out`'s positions, computed once per list, not one lookup per endpoint.
+    const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
+    const positions = at === null ? null : cycle.positions(endpoints);
+    let idx: Int32Array | null = null;
+    if (at !== null && positions !== null) {
+      const c = this.#outPositions;
+      if (c !== null && c.out === out && c.version === positions.version) idx = c.idx;
+      else {
+        idx = Int32Array.from(out, (e) => positions.indexOf(e.id));
+        this.#outPositions = { out, version: positions.version, idx };
+      }
+    }
+    let kept: EndpointState[] | null = null;
+    if (idx !== null) {
+      const req = (at as { requests: ArrayLike<number> }).requests;
+      for (let i = 0; i < out.length; i++) {
+        const r = idx[i] >= 0 ? req[idx[i]] : info.requests(out[i].id);
+        if (r >= max && kept === null) kept = out.slice(0, i);
+        else if (r < max && kept !== null) kept.push(out[i]);
+      }
+    } else
+      for (let i = 0; i < out.length; i++) {
+        const r = info.requests(out[i].id);
+        if (r >= max && kept === null) kept = out.slice(0, i);
+        else if (r < max && kept !== null) kept.push(out[i]);
+      }
+    if (kept === null) return out;
+    return kept.length > 0 ? kept : out;
   }
 
   /** Re-measures `key`'s saturation: the nearest group alone, or the spill list (see the header). */
@@ -187,7 +253,10 @@ export class LocalityFilter implements Filter {
     for (const g of joined.slice(0, -1))
       for (const e of groups[g])
         if (this.#saturation(e, now, inflight) < this.params.spillThreshold) out.push(e);
-    for (const e of groups[joined[joined.length - 1]]) out.push(e);
+    // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
+    // behind a remote batch that is itself full (the group has some, or it was passed over above).
+    for (const e of groups[joined[joined.length - 1]])
+      if (this.#saturation(e, now, inflight) < 1) out.push(e);
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
     if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
@@ -272,7 +341,8 @@ export const localityFilterSpec = spec({
   params: localityParams,
   kvgateOnly: true,
   needs: (p) =>
-    (p as LocalityParams).inflightTokensThreshold === undefined
+    (p as LocalityParams).inflightTokensThreshold === undefined &&
+    (p as LocalityParams).maxNumSeqs === undefined
       ? []
       : [{ family: "inflight-load", param: "inFlightLoadProducerName", required: true }],
   factory: (name, params) => new LocalityFilter(name, params as LocalityParams),
