@@ -1,0 +1,216 @@
+/**
+ * Several pools behind one front, shared by `kvgate serve --pools` (front.ts, an HTTP front door) and
+ * `kvgate epp --pools` (epp-pools.ts, an ext_proc server): each pool a full Gateway of its own
+ * (endpoints, scraping, EndpointPickerConfig, admission, flow control, metrics) built without a
+ * listener; the PoolRouter mapping a request's model (or a trusted header's value) through the
+ * InferenceModelRewrites to the pool serving it; the front's own metrics; and the admin routes: GET
+ * /pools, GET /metrics (the front's families) and each pool's admin API under /pools/<name>/.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { createRng } from "../../scheduler/rng.ts";
+import { handleAdmin } from "../admin.ts";
+import { GatewayError, sendError } from "../errors.ts";
+import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
+import type { ParsedRequest } from "../request-body.ts";
+import { servedModelCards } from "../server.ts";
+import { FrontMetrics } from "./front-metrics.ts";
+import { PoolRouter, type RoutedPool } from "./pool-router.ts";
+import type { PoolsFile, TrustedHeader } from "./pools-file.ts";
+
+/** What every pool's Gateway shares: the front's options minus what the pools file gives per pool. */
+export type SharedPoolOptions = Omit<GatewayOptions, "endpoints" | "endpointsFile" | "config" | "configFile">;
+
+/** A model card of GET /v1/models. */
+export interface ModelCard {
+  id: string;
+  object?: string;
+  owned_by?: string;
+  [k: string]: unknown;
+}
+
+export class PoolSet {
+  readonly pools: ReadonlyMap<string, Gateway>;
+  readonly router: PoolRouter<Gateway>;
+  readonly trusted: TrustedHeader | null;
+  readonly metrics = new FrontMetrics();
+  readonly #rng: () => number;
+  readonly #declared: ReadonlyMap<Gateway, readonly string[] | null>;
+  readonly #forget: NodeJS.Timeout;
+  #closed: Promise<void> | null = null;
+
+  constructor(spec: PoolsFile, pools: ReadonlyMap<string, Gateway>, seed = 1) {
+    this.pools = pools;
+    const entries = spec.pools.map((p) => ({
+      name: p.name,
+      pool: pools.get(p.name) as Gateway,
+      models: p.models,
+    }));
+    this.#declared = new Map(entries.map((e) => [e.pool, e.models]));
+    this.router = new PoolRouter(entries, spec.rewrites, (gw, model) =>
+      gw.data.store.all().some((r) => r.modelIds?.has(model) === true),
+    );
+    this.#forget = setInterval(() => this.router.forgetLearned(), 1000);
+    this.#forget.unref();
+    this.trusted = spec.trustedHeader;
+    const rng = createRng(seed);
+    this.#rng = () => rng.next();
+  }
+
+  /** Served model names: each pool's declared models, or what its replicas list. */
+  servedModels(): string[] {
+    const out = new Set<string>();
+    for (const gw of this.pools.values()) {
+      const declared = this.#declared.get(gw);
+      if (declared) for (const m of declared) out.add(m);
+      else for (const r of gw.data.store.all()) for (const m of r.modelIds ?? []) out.add(m);
+    }
+    return [...out].sort();
+  }
+
+  /**
+   * model (or `selected`, the trusted header's value when the request may use it) → rewrite → pool;
+   * a GatewayError (404 listing the served models, or 400 for an unknown pool name) when nothing serves it.
+   */
+  choose(parsed: ParsedRequest, selected: string | null): RoutedPool<Gateway> | GatewayError {
+    if (selected !== null && this.trusted?.selects === "pool") {
+      const pool = this.router.byName(selected);
+      if (!pool)
+        return new GatewayError(
+          400,
+          `${this.trusted.name} names pool ${JSON.stringify(selected)}, which is not configured; pools: ${[...this.pools.keys()].join(", ")}`,
+        );
+      const rewrite = this.router.rewrite(parsed.model, this.#rng);
+      return { pool, model: rewrite?.target ?? parsed.model, rewrite };
+    }
+    const asked = selected ?? parsed.model;
+    const routed = this.router.route(asked, this.#rng);
+    if (routed) {
+      if (selected === null || selected === parsed.model) return routed;
+      // The header chose the model: the body's model is rewritten to what is sent.
+      return {
+        ...routed,
+        rewrite: {
+          rewriteName: routed.rewrite?.rewriteName ?? `header:${this.trusted?.name}`,
+          model: parsed.model,
+          target: routed.model,
+        },
+      };
+    }
+    const known = [...this.servedModels(), ...this.router.rewriteSources()];
+    return new GatewayError(
+      404,
+      `The model \`${asked}\` does not exist. Served models: ${known.length ? known.join(", ") : "none yet (no replica has been scraped)"}; set "model" to one of them.`,
+      { param: "model" },
+    );
+  }
+
+  /** GET /v1/models: the union over the pools (replica cards, or minimal cards for declared models) plus rewrite sources. */
+  async modelCards(): Promise<ModelCard[]> {
+    const seen = new Set<string>();
+    const data: ModelCard[] = [];
+    const add = (c: ModelCard) => {
+      if (seen.has(c.id)) return;
+      seen.add(c.id);
+      data.push(c);
+    };
+    const lists = await Promise.all([...this.pools.values()].map((gw) => servedModelCards(gw)));
+    let i = 0;
+    for (const gw of this.pools.values()) {
+      const cards = lists[i++] as ModelCard[];
+      const declared = this.#declared.get(gw);
+      if (!declared) for (const c of cards) add(c);
+      else
+        for (const m of declared)
+          add(cards.find((c) => c.id === m) ?? { id: m, object: "model", owned_by: "kvgate" });
+    }
+    for (const m of this.router.rewriteSources()) add({ id: m, object: "model", owned_by: "kvgate" });
+    return data;
+  }
+
+  /** The admin routes; `getOnly` answers anything but GET with 405 (the epp's metrics port). */
+  handleAdmin(req: IncomingMessage, res: ServerResponse, getOnly = false): void {
+    const path = (req.url ?? "/").split("?")[0];
+    if (getOnly && req.method !== "GET") {
+      req.resume();
+      sendError(
+        res,
+        new GatewayError(
+          405,
+          `${req.method} ${path} is not served on the metrics port; start kvgate epp with --admin-port for POST routes such as /pools/<name>/reload`,
+          { headers: { allow: "GET" } },
+        ),
+      );
+      return;
+    }
+    if (path === "/metrics" && req.method === "GET") {
+      void this.metrics
+        .text()
+        .then((t) => res.writeHead(200, { "content-type": this.metrics.registry.contentType }).end(t));
+      return;
+    }
+    if (path === "/pools" && req.method === "GET") {
+      const pools = [...this.pools].map(([name, gw]) => ({
+        name,
+        declaredModels: this.#declared.get(gw) ?? null,
+        replicaModels: [...new Set(gw.data.store.all().flatMap((r) => [...(r.modelIds ?? [])]))].sort(),
+        endpoints: gw.data.store.all().map((r) => ({ id: r.spec.id, health: r.health })),
+        admin: `/pools/${name}/`,
+      }));
+      const body = JSON.stringify({ pools, rewriteSources: this.router.rewriteSources() }, null, 2);
+      res.writeHead(200, { "content-type": "application/json" }).end(body);
+      return;
+    }
+    const m = /^\/pools\/([^/]+)(\/.*)?$/.exec(req.url ?? "/");
+    const gw = m ? this.pools.get(m[1]) : undefined;
+    if (m && gw) {
+      req.url = m[2] ?? "/";
+      handleAdmin(gw, req, res);
+      return;
+    }
+    req.resume();
+    sendError(
+      res,
+      new GatewayError(
+        404,
+        `No admin route ${req.method} ${path}; see GET /pools and GET /metrics (the front door's own), and /pools/<name>/endpoints, /pools/<name>/metrics, ... for each pool`,
+      ),
+    );
+  }
+
+  /** Starts every pool's scraping and discovery. */
+  start(): void {
+    for (const gw of this.pools.values()) startDataLayer(gw);
+  }
+
+  /** Drains and closes every pool. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      clearInterval(this.#forget);
+      await Promise.all([...this.pools.values()].map((gw) => gw.close()));
+    })();
+    return this.#closed;
+  }
+}
+
+/** Builds every pool's Gateway (not yet scraping: start() does); rejects naming the pool whose file or option is bad. */
+export async function createPoolSet(spec: PoolsFile, shared: SharedPoolOptions): Promise<PoolSet> {
+  const pools = new Map<string, Gateway>();
+  try {
+    for (const p of spec.pools) {
+      const gw = await createGateway({
+        ...shared,
+        endpoints: p.endpoints,
+        endpointsFile: p.endpointsFile,
+        configFile: p.configFile,
+        poolName: p.name,
+      }).catch((err: Error) => {
+        throw Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
+      });
+      pools.set(p.name, gw);
+    }
+  } catch (err) {
+    await Promise.all([...pools.values()].map((g) => g.close().catch(() => {})));
+    throw err;
+  }
+  return new PoolSet(spec, pools, shared.seed ?? 1);
+}
