@@ -94,7 +94,7 @@ export class MultiPoolFront {
     return v;
   }
 
-  /** model (or the trusted header) → rewrite → pool; a GatewayError when nothing serves it. */
+  /** model (or the trusted header) → rewrite → pool, counted; a GatewayError when nothing serves it. */
   choose(parsed: ParsedRequest, req: IncomingMessage): RoutedPool<Gateway> | GatewayError {
     return this.set.choose(parsed, this.#trustedValue(req));
   }
@@ -133,9 +133,7 @@ export class MultiPoolFront {
         return this.#reject(res, "bad-request", err);
       }
       const chosen = this.choose(parsed, req);
-      if (chosen instanceof GatewayError)
-        return this.#reject(res, chosen.status === 404 ? "unknown-model" : "bad-selection", chosen);
-      this.metrics.routed.inc({ pool: chosen.pool.opts.poolName });
+      if (chosen instanceof GatewayError) return sendError(res, chosen); // counted by choose()
       return proxyPreread(chosen.pool, route, req, res, { body, pre: { parsed, rewrite: chosen.rewrite } });
     }
     if (path === "/health" && req.method === "GET") {

@@ -69,9 +69,18 @@ export class PoolSet {
 
   /**
    * model (or `selected`, the trusted header's value when the request may use it) → rewrite → pool;
-   * a GatewayError (404 listing the served models, or 400 for an unknown pool name) when nothing serves it.
+   * a GatewayError (404 listing the served models, or 400 for an unknown pool name) when nothing
+   * serves it. Counted in the front's metrics either way.
    */
   choose(parsed: ParsedRequest, selected: string | null): RoutedPool<Gateway> | GatewayError {
+    const r = this.#choose(parsed, selected);
+    if (r instanceof GatewayError)
+      this.metrics.reject(r.status, r.status === 404 ? "unknown-model" : "bad-selection");
+    else this.metrics.routed.inc({ pool: r.pool.opts.poolName });
+    return r;
+  }
+
+  #choose(parsed: ParsedRequest, selected: string | null): RoutedPool<Gateway> | GatewayError {
     if (selected !== null && this.trusted?.selects === "pool") {
       const pool = this.router.byName(selected);
       if (!pool)
@@ -175,6 +184,13 @@ export class PoolSet {
         `No admin route ${req.method} ${path}; see GET /pools and GET /metrics (the front door's own), and /pools/<name>/endpoints, /pools/<name>/metrics, ... for each pool`,
       ),
     );
+  }
+
+  /** Every pool's data layer is ready: some endpoint of each has been scraped. */
+  ready(): boolean {
+    for (const gw of this.pools.values())
+      if (!gw.data.store.all().some((r) => r.state.metrics !== null)) return false;
+    return true;
   }
 
   /** Starts every pool's scraping and discovery. */

@@ -1,0 +1,94 @@
+/**
+ * `kvgate epp --pools`: one ext_proc server (ext-proc/epp.ts) in front of several pools (pool-set.ts,
+ * the same pools file, router and per-pool Gateways as `kvgate serve --pools`). Each stream, once its
+ * body is decoded, is decided by the pool serving its model after the InferenceModelRewrites: that
+ * pool's scheduler, admission and flow control. A model no pool serves is answered by Envoy with
+ * the front door's 404 (an ImmediateResponse). Health is SERVING only once every pool's data layer is
+ * ready. The metrics port's /metrics carries the front door's families and the ext_proc stream
+ * counts; each pool's own metrics (with llm-d's token histograms) and read-only admin routes are
+ * under /pools/<name>/, the full admin API on --admin-port. A request kvgate does not decode (no
+ * body, or a path it does not parse) goes to a ready endpoint of any pool, at random.
+ */
+import { createServer, type Server } from "node:http";
+import { createRng } from "../../scheduler/rng.ts";
+import { GatewayError } from "../errors.ts";
+import { type EppBackend, type EppServerOptions, type ExtProcHandle, serveExtProc } from "../ext-proc/epp.ts";
+import { first } from "../ext-proc/messages.ts";
+import { EppStreamMetrics, EppTokenMetrics } from "../ext-proc/metrics.ts";
+import { randomReady } from "../ext-proc/request-answer.ts";
+import type { Gateway } from "../gateway.ts";
+import { createPoolSet, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import { loadPoolsFile, type PoolsFile, PoolsFileError } from "./pools-file.ts";
+
+export type MultiPoolEppOptions = SharedPoolOptions &
+  EppServerOptions & {
+    /** Path of the pools file (pools-file.ts); exclusive with `poolsSpec`. */
+    poolsFile?: string;
+    /** An already parsed pools file (tests). */
+    poolsSpec?: PoolsFile;
+  };
+
+export interface MultiPoolEppHandle extends ExtProcHandle {
+  pools: PoolSet;
+}
+
+/** Builds the pools, then serves ext_proc; rejects with a message naming the bad file, pool or flag. */
+export async function startMultiPoolEpp(opts: MultiPoolEppOptions): Promise<MultiPoolEppHandle> {
+  const spec = opts.poolsSpec ?? loadPoolsFile(opts.poolsFile as string);
+  const t = spec.trustedHeader;
+  if (t?.sources)
+    throw new PoolsFileError(
+      `trustedHeader.trustedSources: kvgate epp does not see the client's address (the proxy does), so it cannot check ${t.name}'s source; drop trustedSources and have the proxy remove ${t.name} from requests it does not trust (Envoy: request_headers_to_remove on the public listener's route)`,
+    );
+  const { poolsFile: _f, poolsSpec: _s, ...shared } = opts;
+  const { backend, ...h } = await serveExtProc(opts, () => poolsBackend(spec, shared));
+  return { ...h, pools: backend.set };
+}
+
+async function poolsBackend(
+  spec: PoolsFile,
+  shared: SharedPoolOptions,
+): Promise<EppBackend & { set: PoolSet }> {
+  const set = await createPoolSet(spec, shared);
+  const tokens = new Map<Gateway, EppTokenMetrics>();
+  for (const gw of set.pools.values()) tokens.set(gw, new EppTokenMetrics(gw.metrics.registry));
+  const rng = createRng(shared.seed ?? 1);
+  const trusted = set.trusted;
+  const log = shared.log ?? ((l: string) => console.error(l));
+  const admin: Server = createServer((req, res) => set.handleAdmin(req, res));
+  return {
+    set,
+    ctx: {
+      metrics: new EppStreamMetrics(set.metrics.registry),
+      rng,
+      maxBodyBytes: shared.maxBodyBytes ?? 16 * 1024 * 1024,
+      strip: trusted ? [trusted.name] : [],
+      target: (parsed, headers) => {
+        const selected = trusted ? first(headers, trusted.name) : undefined;
+        const chosen = set.choose(parsed, selected ? selected : null);
+        if (chosen instanceof GatewayError) return chosen;
+        const gw = chosen.pool;
+        return {
+          gw,
+          tokens: tokens.get(gw) as EppTokenMetrics,
+          rewrite: chosen.rewrite,
+          objectives: undefined,
+        };
+      },
+      anyReady: (subset) => randomReady(set.pools.values(), subset, rng),
+      log,
+    },
+    ready: () => set.ready(),
+    metricsGet: (req, res) => set.handleAdmin(req, res, true),
+    adminServer: admin,
+    drainTimeoutMs: shared.drainTimeoutMs ?? 30_000,
+    start: () => set.start(),
+    close: async () => {
+      await set.close();
+      await new Promise<void>((r) => {
+        admin.close(() => r());
+        admin.closeAllConnections();
+      });
+    },
+  };
+}
