@@ -196,10 +196,10 @@ test("health stays NOT_SERVING while a pool has no scraped endpoint", { timeout:
 
 test("a trusted header chooses the model; it is not forwarded", { timeout: 30_000 }, async () => {
   const fake = await startFake({
-    "GET /metrics": (_q, res) => res.end(vllmMetrics({ model: "delta" })),
-    "GET /v1/models": (_q, res) => res.end(modelList("delta")),
+    "GET /metrics": (_q, res) => void res.end(vllmMetrics({ model: "delta" })),
+    "GET /v1/models": (_q, res) => void res.end(modelList("delta")),
     "POST /v1/completions": (_q, res) =>
-      res
+      void res
         .writeHead(200, { "content-type": "application/json" })
         .end(
           JSON.stringify({ object: "text_completion", model: "delta", choices: [{ index: 0, text: "hi" }] }),
