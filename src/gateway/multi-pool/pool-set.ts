@@ -219,6 +219,8 @@ export async function createPoolSet(spec: PoolsFile, shared: SharedPoolOptions):
         endpointsFile: p.endpointsFile,
         configFile: p.configFile,
         poolName: p.name,
+        // Routing-state sync is per pool: a shared --nats-subject gets the pool's name appended.
+        natsSubject: shared.natsSubject === undefined ? undefined : `${shared.natsSubject}.${p.name}`,
       }).catch((err: Error) => {
         throw Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
       });
