@@ -11,10 +11,16 @@ import { type EnvoyLikeProxy, startEnvoyLikeProxy } from "../src/bench/ext-proc/
 import { type MultiPoolEppHandle, startMultiPoolEpp } from "../src/gateway/multi-pool/epp-pools.ts";
 import { parsePoolsFile } from "../src/gateway/multi-pool/pools-file.ts";
 import { modelList, startFake, vllmMetrics, waitFor } from "./helpers/gateway-fakes.ts";
-import { type Json, postJson, startTestReplica, type TestReplica } from "./helpers/replica.ts";
+import { LOCAL_EPP } from "./helpers/local-epp.ts";
+import {
+  type Json,
+  postJson,
+  requestsServed,
+  startTestReplica,
+  type TestReplica,
+} from "./helpers/replica.ts";
 
-const served = (r: TestReplica) =>
-  Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
+const served = requestsServed;
 const id = (r: { port: number }) => `127.0.0.1:${r.port}`;
 const sum = (rs: TestReplica[]) => rs.reduce((a, r) => a + served(r), 0);
 
@@ -50,14 +56,8 @@ async function eppBehindProxy(
 ): Promise<{ epp: MultiPoolEppHandle; proxy: EnvoyLikeProxy }> {
   const epp = await startMultiPoolEpp({
     poolsSpec: spec(extraPools, extra),
-    grpcHost: "127.0.0.1",
-    grpcPort: 0,
-    grpcHealthPort: 0,
-    metricsPort: 0,
-    scrapeIntervalMs: 25,
-    readyPollMs: 25,
+    ...LOCAL_EPP,
     seed: 3,
-    log: () => {},
   });
   cleanups.push(() => epp.close());
   const proxy = await startEnvoyLikeProxy({ extProc: `127.0.0.1:${epp.grpc.port}`, tls: epp.grpc.secure });

@@ -28,6 +28,7 @@ import { handleAdmin } from "../admin.ts";
 import { GatewayError, sendError } from "../errors.ts";
 import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
 import { type BoundAddress, listen } from "../listen.ts";
+import { clusterObjectives } from "../model-objectives.ts";
 import { resolveModelRewrite } from "../model-rewrite.ts";
 import { EppStreamMetrics, EppTokenMetrics } from "./metrics.ts";
 import {
@@ -152,20 +153,10 @@ async function singlePool(opts: EppOptions): Promise<EppBackend & { gw: Gateway 
   const gw = await createGateway(opts, opts.source);
   const tokens = new EppTokenMetrics(gw.metrics.registry);
   const rng: Rng = createRng(opts.seed ?? 1);
-  const mergedCache = {
-    config: null as unknown,
-    k8s: null as unknown,
-    merged: undefined as ReadonlyMap<string, number> | undefined,
-  };
-  const objectives = () => {
-    const k8s = opts.resources?.().objectives;
-    if (!k8s || k8s.size === 0) return undefined;
-    const config = gw.routing.objectives;
-    if (mergedCache.config !== config || mergedCache.k8s !== k8s)
-      // InferenceObjectives from the cluster win over same-named ones in the config.
-      Object.assign(mergedCache, { config, k8s, merged: new Map([...config, ...k8s]) });
-    return mergedCache.merged;
-  };
+  const objectives = clusterObjectives(
+    () => gw.routing.objectives,
+    () => opts.resources?.().objectives,
+  );
   return {
     gw,
     ctx: {

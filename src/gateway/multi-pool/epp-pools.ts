@@ -17,11 +17,12 @@ import { first } from "../ext-proc/messages.ts";
 import { EppStreamMetrics, EppTokenMetrics } from "../ext-proc/metrics.ts";
 import { randomReady } from "../ext-proc/request-answer.ts";
 import type { Gateway } from "../gateway.ts";
-import { createPoolSet, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, PoolsFileError } from "./pools-file.ts";
 
 export type MultiPoolEppOptions = SharedPoolOptions &
-  EppServerOptions & {
+  EppServerOptions &
+  DiscoveryOptions & {
     /** Path of the pools file (pools-file.ts); exclusive with `poolsSpec`. */
     poolsFile?: string;
     /** An already parsed pools file (tests). */
@@ -40,16 +41,17 @@ export async function startMultiPoolEpp(opts: MultiPoolEppOptions): Promise<Mult
     throw new PoolsFileError(
       `trustedHeader.trustedSources: kvgate epp does not see the client's address (the proxy does), so it cannot check ${t.name}'s source; drop trustedSources and have the proxy remove ${t.name} from requests it does not trust (Envoy: request_headers_to_remove on the public listener's route)`,
     );
-  const { poolsFile: _f, poolsSpec: _s, ...shared } = opts;
-  const { backend, ...h } = await serveExtProc(opts, () => poolsBackend(spec, shared));
+  const { poolsFile: _f, poolsSpec: _s, kubeconfig, ...shared } = opts;
+  const { backend, ...h } = await serveExtProc(opts, () => poolsBackend(spec, shared, { kubeconfig }));
   return { ...h, pools: backend.set };
 }
 
 async function poolsBackend(
   spec: PoolsFile,
   shared: SharedPoolOptions,
+  kube: DiscoveryOptions,
 ): Promise<EppBackend & { set: PoolSet }> {
-  const set = await createPoolSet(spec, shared);
+  const set = await createPoolSet(spec, shared, kube);
   const tokens = new Map<Gateway, EppTokenMetrics>();
   for (const gw of set.pools.values()) tokens.set(gw, new EppTokenMetrics(gw.metrics.registry));
   const rng = createRng(shared.seed ?? 1);
@@ -72,7 +74,7 @@ async function poolsBackend(
           gw,
           tokens: tokens.get(gw) as EppTokenMetrics,
           rewrite: chosen.rewrite,
-          objectives: undefined,
+          objectives: set.objectivesOf(gw),
         };
       },
       anyReady: (subset) => randomReady(set.pools.values(), subset, rng),

@@ -21,15 +21,16 @@ import { type ParsedRequest, parseRequestBody, readBody, routeOf } from "../requ
 import { proxyPreread } from "../server.ts";
 import type { FrontMetrics } from "./front-metrics.ts";
 import type { RoutedPool } from "./pool-router.ts";
-import { createPoolSet, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, type TrustedHeader } from "./pools-file.ts";
 
-export type MultiPoolOptions = SharedPoolOptions & {
-  /** Path of the pools file (pools-file.ts); exclusive with `poolsSpec`. */
-  poolsFile?: string;
-  /** An already parsed pools file (tests). */
-  poolsSpec?: PoolsFile;
-};
+export type MultiPoolOptions = SharedPoolOptions &
+  DiscoveryOptions & {
+    /** Path of the pools file (pools-file.ts); exclusive with `poolsSpec`. */
+    poolsFile?: string;
+    /** An already parsed pools file (tests). */
+    poolsSpec?: PoolsFile;
+  };
 
 export interface MultiPoolHandle {
   url: string;
@@ -134,7 +135,11 @@ export class MultiPoolFront {
       }
       const chosen = this.choose(parsed, req);
       if (chosen instanceof GatewayError) return sendError(res, chosen); // counted by choose()
-      return proxyPreread(chosen.pool, route, req, res, { body, pre: { parsed, rewrite: chosen.rewrite } });
+      return proxyPreread(chosen.pool, route, req, res, {
+        body,
+        pre: { parsed, rewrite: chosen.rewrite },
+        objectives: this.set.objectivesOf(chosen.pool),
+      });
     }
     if (path === "/health" && req.method === "GET") {
       res.writeHead(this.draining ? 503 : 200, { "content-type": "application/json" }).end("{}");
@@ -186,7 +191,8 @@ export class MultiPoolFront {
 export async function startMultiPool(opts: MultiPoolOptions): Promise<MultiPoolHandle> {
   const spec = opts.poolsSpec ?? loadPoolsFile(opts.poolsFile as string);
   const { poolsFile: _f, poolsSpec: _s, ...shared } = opts;
-  const front = new MultiPoolFront(await createPoolSet(spec, shared), opts);
+  const { kubeconfig, ...gateway } = shared;
+  const front = new MultiPoolFront(await createPoolSet(spec, gateway, { kubeconfig }), opts);
   try {
     const bound = await listen(front.publicServer, opts.port ?? 0, opts.host ?? "127.0.0.1", {
       port: "--port",

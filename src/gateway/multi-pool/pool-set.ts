@@ -5,12 +5,23 @@
  * listener; the PoolRouter mapping a request's model (or a trusted header's value) through the
  * InferenceModelRewrites to the pool serving it; the front's own metrics; and the admin routes: GET
  * /pools, GET /metrics (the front's families) and each pool's admin API under /pools/<name>/.
+ *
+ * A pool naming an `inferencePool` is discovered as `kvgate epp --pool-name` discovers its one pool
+ * (datalayer/kubernetes/pool.ts), each with its own watches: its Ready pods are its endpoints, its
+ * InferenceObjectives set its priorities, and its InferenceModelRewrites (poolRef = that pool) apply
+ * inside it once the file's rewrites have chosen it, as the pool's own EPP would apply them; a model
+ * one of them rewrites counts as served by that pool. It is ready once its first sync is done.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { KubeConfig } from "@kubernetes/client-node";
+import type { EndpointSource } from "../../datalayer/endpoints.ts";
+import type { PoolResources } from "../../datalayer/pool-resources.ts";
 import { createRng } from "../../scheduler/rng.ts";
 import { handleAdmin } from "../admin.ts";
 import { GatewayError, sendError } from "../errors.ts";
 import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
+import { clusterObjectives } from "../model-objectives.ts";
+import { type RewriteDecision, resolveModelRewrite } from "../model-rewrite.ts";
 import type { ParsedRequest } from "../request-body.ts";
 import { servedModelCards } from "../server.ts";
 import { FrontMetrics } from "./front-metrics.ts";
@@ -19,6 +30,19 @@ import type { PoolsFile, TrustedHeader } from "./pools-file.ts";
 
 /** What every pool's Gateway shares: the front's options minus what the pools file gives per pool. */
 export type SharedPoolOptions = Omit<GatewayOptions, "endpoints" | "endpointsFile" | "config" | "configFile">;
+
+/** A pool's Kubernetes discovery, as pool-set needs it. */
+export interface Discovered {
+  readonly source: EndpointSource;
+  resources(): PoolResources;
+  isReady(): boolean;
+  close(): Promise<void>;
+}
+
+interface PoolExtras {
+  readonly discovered: Discovered;
+  readonly objectives: () => ReadonlyMap<string, number> | undefined;
+}
 
 /** A model card of GET /v1/models. */
 export interface ModelCard {
@@ -36,18 +60,40 @@ export class PoolSet {
   readonly #rng: () => number;
   readonly #declared: ReadonlyMap<Gateway, readonly string[] | null>;
   readonly #forget: NodeJS.Timeout;
+  readonly #k8s = new Map<Gateway, PoolExtras>();
   #closed: Promise<void> | null = null;
 
-  constructor(spec: PoolsFile, pools: ReadonlyMap<string, Gateway>, seed = 1) {
+  constructor(
+    spec: PoolsFile,
+    pools: ReadonlyMap<string, Gateway>,
+    seed = 1,
+    discovered: ReadonlyMap<string, Discovered> = new Map(),
+  ) {
     this.pools = pools;
+    for (const [name, d] of discovered) {
+      const gw = pools.get(name) as Gateway;
+      const objectives = clusterObjectives(
+        () => gw.routing.objectives,
+        () => d.resources().objectives,
+      );
+      this.#k8s.set(gw, { discovered: d, objectives });
+    }
     const entries = spec.pools.map((p) => ({
       name: p.name,
       pool: pools.get(p.name) as Gateway,
       models: p.models,
     }));
     this.#declared = new Map(entries.map((e) => [e.pool, e.models]));
-    this.router = new PoolRouter(entries, spec.rewrites, (gw, model) =>
-      gw.data.store.all().some((r) => r.modelIds?.has(model) === true),
+    this.router = new PoolRouter(
+      entries,
+      spec.rewrites,
+      (gw, model) =>
+        gw.data.store.all().some((r) => r.modelIds?.has(model) === true) ||
+        (this.#k8s
+          .get(gw)
+          ?.discovered.resources()
+          .rewrites.some((rw) => rw.rules.some((rule) => rule.matches.includes(model))) ??
+          false),
     );
     this.#forget = setInterval(() => this.router.forgetLearned(), 1000);
     this.#forget.unref();
@@ -73,11 +119,31 @@ export class PoolSet {
    * serves it. Counted in the front's metrics either way.
    */
   choose(parsed: ParsedRequest, selected: string | null): RoutedPool<Gateway> | GatewayError {
-    const r = this.#choose(parsed, selected);
+    let r = this.#choose(parsed, selected);
+    if (!(r instanceof GatewayError)) r = this.#poolRewrite(r, parsed.model);
     if (r instanceof GatewayError)
       this.metrics.reject(r.status, r.status === 404 ? "unknown-model" : "bad-selection");
     else this.metrics.routed.inc({ pool: r.pool.opts.poolName });
     return r;
+  }
+
+  /** The chosen pool's own InferenceModelRewrites (from its cluster) applied to the model it got. */
+  #poolRewrite(r: RoutedPool<Gateway>, clientModel: string): RoutedPool<Gateway> {
+    const rewrites = this.#k8s.get(r.pool)?.discovered.resources().rewrites;
+    if (!rewrites?.length) return r;
+    const local = resolveModelRewrite(rewrites, r.model, this.#rng);
+    if (!local) return r;
+    const rewrite: RewriteDecision = {
+      rewriteName: local.rewriteName,
+      model: clientModel,
+      target: local.target,
+    };
+    return { pool: r.pool, model: local.target, rewrite };
+  }
+
+  /** The pool's InferenceObjective priorities when its cluster has some; undefined = its config's. */
+  objectivesOf(gw: Gateway): ReadonlyMap<string, number> | undefined {
+    return this.#k8s.get(gw)?.objectives();
   }
 
   #choose(parsed: ParsedRequest, selected: string | null): RoutedPool<Gateway> | GatewayError {
@@ -186,10 +252,15 @@ export class PoolSet {
     );
   }
 
-  /** Every pool's data layer is ready: some endpoint of each has been scraped. */
+  /**
+   * Every pool's data layer is ready: a discovered pool's first sync is done; a pool of listed
+   * endpoints has had one of them scraped.
+   */
   ready(): boolean {
-    for (const gw of this.pools.values())
-      if (!gw.data.store.all().some((r) => r.state.metrics !== null)) return false;
+    for (const gw of this.pools.values()) {
+      const d = this.#k8s.get(gw)?.discovered;
+      if (d ? !d.isReady() : !gw.data.store.all().some((r) => r.state.metrics !== null)) return false;
+    }
     return true;
   }
 
@@ -203,32 +274,76 @@ export class PoolSet {
     this.#closed ??= (async () => {
       clearInterval(this.#forget);
       await Promise.all([...this.pools.values()].map((gw) => gw.close()));
+      await Promise.all([...this.#k8s.values()].map((x) => x.discovered.close().catch(() => {})));
     })();
     return this.#closed;
   }
 }
 
-/** Builds every pool's Gateway (not yet scraping: start() does); rejects naming the pool whose file or option is bad. */
-export async function createPoolSet(spec: PoolsFile, shared: SharedPoolOptions): Promise<PoolSet> {
+/** How discovered pools reach the Kubernetes API. */
+export interface DiscoveryOptions {
+  /** Default: KUBECONFIG, ~/.kube/config, then the pod's service account. */
+  kubeconfig?: KubeConfig | string;
+}
+
+/** Starts the watches of a pool naming an InferencePool. */
+async function discover(
+  p: PoolsFile["pools"][number],
+  opts: DiscoveryOptions,
+  log: ((line: string) => void) | undefined,
+): Promise<Discovered> {
+  const { startKubernetesPool } = await import("../../datalayer/kubernetes/pool.ts");
+  const ip = p.inferencePool as NonNullable<typeof p.inferencePool>;
+  const kp = startKubernetesPool({
+    poolName: ip.name,
+    namespace: ip.namespace ?? process.env.NAMESPACE ?? "default",
+    group: ip.group,
+    kubeconfig: opts.kubeconfig,
+    log: log && ((line) => log(`pool ${p.name}: ${line}`)),
+  });
+  return kp;
+}
+
+/**
+ * Builds every pool's Gateway (not yet scraping: start() does), starting the discovery of pools
+ * that name an InferencePool; rejects naming the pool whose file, option or cluster is bad.
+ */
+export async function createPoolSet(
+  spec: PoolsFile,
+  shared: SharedPoolOptions,
+  kube: DiscoveryOptions = {},
+): Promise<PoolSet> {
   const pools = new Map<string, Gateway>();
+  const discovered = new Map<string, Discovered>();
   try {
     for (const p of spec.pools) {
-      const gw = await createGateway({
-        ...shared,
-        endpoints: p.endpoints,
-        endpointsFile: p.endpointsFile,
-        configFile: p.configFile,
-        poolName: p.name,
-        // Routing-state sync is per pool: a shared --nats-subject gets the pool's name appended.
-        natsSubject: shared.natsSubject === undefined ? undefined : `${shared.natsSubject}.${p.name}`,
-      }).catch((err: Error) => {
-        throw Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
+      const named = (err: Error) => Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
+      const d = p.inferencePool
+        ? await discover(p, kube, shared.log).catch((e: Error) => {
+            throw named(e);
+          })
+        : null;
+      if (d) discovered.set(p.name, d);
+      const gw = await createGateway(
+        {
+          ...shared,
+          endpoints: p.endpoints,
+          endpointsFile: p.endpointsFile,
+          configFile: p.configFile,
+          poolName: p.name,
+          // Routing-state sync is per pool: a shared --nats-subject gets the pool's name appended.
+          natsSubject: shared.natsSubject === undefined ? undefined : `${shared.natsSubject}.${p.name}`,
+        },
+        d?.source,
+      ).catch((err: Error) => {
+        throw named(err);
       });
       pools.set(p.name, gw);
     }
   } catch (err) {
     await Promise.all([...pools.values()].map((g) => g.close().catch(() => {})));
+    await Promise.all([...discovered.values()].map((d) => d.close().catch(() => {})));
     throw err;
   }
-  return new PoolSet(spec, pools, shared.seed ?? 1);
+  return new PoolSet(spec, pools, shared.seed ?? 1, discovered);
 }
