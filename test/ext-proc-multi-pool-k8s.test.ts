@@ -72,7 +72,7 @@ before(async () => {
   proxyUrl = proxy.url;
 });
 
-const store = (pool: string) => epp.pools.pools.get(pool)?.data.store;
+const store = (pool: string) => epp.live.current.pools.get(pool)?.data.store;
 const scraped = (pool: string, id: string) =>
   Boolean(store(pool)?.get(id)?.state.metrics && store(pool)?.get(id)?.modelIds);
 const complete = (model: string, prompt: string) =>

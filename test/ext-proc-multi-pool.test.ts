@@ -77,7 +77,7 @@ before(async () => {
   main = await eppBehindProxy();
   await waitFor(
     () =>
-      [...main.epp.pools.pools.values()].every((gw) =>
+      [...main.epp.live.current.pools.values()].every((gw) =>
         gw.data.store.all().every((r) => r.state.metrics !== null && r.modelIds !== null),
       ),
     "every replica scraped",
@@ -181,7 +181,7 @@ test("health stays NOT_SERVING while a pool has no scraped endpoint", { timeout:
   await waitFor(
     () =>
       [...["pool-a", "pool-b"]].every((p) =>
-        epp.pools.pools
+        epp.live.current.pools
           .get(p)
           ?.data.store.all()
           .some((r) => r.state.metrics),
@@ -191,7 +191,7 @@ test("health stays NOT_SERVING while a pool has no scraped endpoint", { timeout:
   // Once a and b are ready the next readiness poll still finds c not ready.
   await new Promise((r) => setTimeout(r, 100));
   assert.equal(epp.serving(), false);
-  assert.equal(epp.pools.ready(), false);
+  assert.equal(epp.live.current.ready(), false);
 });
 
 test("a trusted header chooses the model; it is not forwarded", { timeout: 30_000 }, async () => {

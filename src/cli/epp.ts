@@ -237,7 +237,9 @@ async function runPools(flags: Flags, c: Command): Promise<void> {
   const tls = epp.grpc.secure
     ? `TLS ${epp.tlsOrigin === "self-signed" ? "self-signed" : `from ${epp.tlsOrigin}`}`
     : "plaintext";
-  const pools = [...epp.pools.pools].map(([name, gw]) => `${name} (${gw.data.store.size} endpoint(s))`);
+  const pools = [...epp.live.current.pools].map(
+    ([name, gw]) => `${name} (${gw.data.store.size} endpoint(s))`,
+  );
   console.log(
     `kvgate epp: ext_proc on ${flags.host}:${epp.grpc.port} (${tls}), health on ${flags.host}:${epp.healthPort}, metrics ${epp.metrics.url}/metrics, pools ${pools.join(", ")}`,
   );

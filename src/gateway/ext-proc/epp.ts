@@ -163,7 +163,7 @@ async function singlePool(opts: EppOptions): Promise<EppBackend & { gw: Gateway 
       metrics: new EppStreamMetrics(gw.metrics.registry),
       rng,
       maxBodyBytes: gw.opts.maxBodyBytes,
-      strip: [],
+      strip: () => [],
       target: (parsed) => {
         const rewrites = opts.resources?.().rewrites ?? [];
         const rewrite = rewrites.length

@@ -58,7 +58,7 @@ export interface EppContext {
   readonly rng: Rng;
   readonly maxBodyBytes: number;
   /** Request headers removed on the way to the replica besides the control headers (lower case). */
-  readonly strip: readonly string[];
+  strip(): readonly string[];
   /** The pool a decoded request goes to, or the error to answer (e.g. 404 for a model no pool serves). */
   target(parsed: ParsedRequest, headers: Headers): EppTarget | GatewayError;
   /** A ready endpoint for a request kvgate does not decode (no body, or a path it does not parse). */
@@ -305,7 +305,7 @@ export class ProcessStream {
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
     this.#answer(
       dest,
-      pickMutation(this.#headers, dest, extra, this.#requestId, this.#ctx.strip),
+      pickMutation(this.#headers, dest, extra, this.#requestId, this.#ctx.strip()),
       d.body ? [d.body] : this.#body.chunks,
       d.body,
       end,
@@ -318,7 +318,7 @@ export class ProcessStream {
     if (pick instanceof GatewayError) return this.#reject(pick);
     const extra =
       withBody && this.#body.bytes > 0 ? [setHeader("content-length", String(this.#body.bytes))] : [];
-    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId, this.#ctx.strip);
+    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId, this.#ctx.strip());
     this.#answer([pick], mutation, withBody ? this.#body.chunks : null, null, end);
   }
 

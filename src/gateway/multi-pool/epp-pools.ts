@@ -17,7 +17,8 @@ import { first } from "../ext-proc/messages.ts";
 import { EppStreamMetrics, EppTokenMetrics } from "../ext-proc/metrics.ts";
 import { randomReady } from "../ext-proc/request-answer.ts";
 import type { Gateway } from "../gateway.ts";
-import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import { LivePools } from "./live-pools.ts";
+import { createPoolSet, type DiscoveryOptions, type SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, PoolsFileError } from "./pools-file.ts";
 
 export type MultiPoolEppOptions = SharedPoolOptions &
@@ -30,63 +31,71 @@ export type MultiPoolEppOptions = SharedPoolOptions &
   };
 
 export interface MultiPoolEppHandle extends ExtProcHandle {
-  pools: PoolSet;
+  /** The pools file, live: `live.current` is the PoolSet serving now. */
+  live: LivePools;
 }
 
-/** Builds the pools, then serves ext_proc; rejects with a message naming the bad file, pool or flag. */
-export async function startMultiPoolEpp(opts: MultiPoolEppOptions): Promise<MultiPoolEppHandle> {
-  const spec = opts.poolsSpec ?? loadPoolsFile(opts.poolsFile as string);
+/** What kvgate epp cannot honour in a pools file; a PoolsFileError saying what to change. */
+function checkForEpp(spec: PoolsFile): void {
   const t = spec.trustedHeader;
   if (t?.sources)
     throw new PoolsFileError(
       `trustedHeader.trustedSources: kvgate epp does not see the client's address (the proxy does), so it cannot check ${t.name}'s source; drop trustedSources and have the proxy remove ${t.name} from requests it does not trust (Envoy: request_headers_to_remove on the public listener's route)`,
     );
-  const { poolsFile: _f, poolsSpec: _s, kubeconfig, ...shared } = opts;
-  const { backend, ...h } = await serveExtProc(opts, () => poolsBackend(spec, shared, { kubeconfig }));
-  return { ...h, pools: backend.set };
 }
 
-async function poolsBackend(
-  spec: PoolsFile,
-  shared: SharedPoolOptions,
-  kube: DiscoveryOptions,
-): Promise<EppBackend & { set: PoolSet }> {
-  const set = await createPoolSet(spec, shared, kube);
-  const tokens = new Map<Gateway, EppTokenMetrics>();
-  for (const gw of set.pools.values()) tokens.set(gw, new EppTokenMetrics(gw.metrics.registry));
+/** Builds the pools, then serves ext_proc; rejects with a message naming the bad file, pool or flag. */
+export async function startMultiPoolEpp(opts: MultiPoolEppOptions): Promise<MultiPoolEppHandle> {
+  const spec = opts.poolsSpec ?? loadPoolsFile(opts.poolsFile as string);
+  checkForEpp(spec);
+  const { poolsFile, poolsSpec: _s, kubeconfig, ...shared } = opts;
+  const { backend, ...h } = await serveExtProc(opts, async () => {
+    const set = await createPoolSet(spec, shared, { kubeconfig });
+    const live = new LivePools(set, poolsFile ?? null, { shared, kube: { kubeconfig }, check: checkForEpp });
+    return poolsBackend(live, shared);
+  });
+  return { ...h, live: backend.live };
+}
+
+function poolsBackend(live: LivePools, shared: SharedPoolOptions): EppBackend & { live: LivePools } {
+  const tokens = new WeakMap<Gateway, EppTokenMetrics>();
+  const tokensOf = (gw: Gateway) => {
+    let t = tokens.get(gw);
+    if (!t) tokens.set(gw, (t = new EppTokenMetrics(gw.metrics.registry)));
+    return t;
+  };
+  for (const gw of live.current.pools.values()) tokensOf(gw);
   const rng = createRng(shared.seed ?? 1);
-  const trusted = set.trusted;
   const log = shared.log ?? ((l: string) => console.error(l));
-  const admin: Server = createServer((req, res) => set.handleAdmin(req, res));
+  const admin: Server = createServer((req, res) => live.handleAdmin(req, res));
   return {
-    set,
+    live,
     ctx: {
-      metrics: new EppStreamMetrics(set.metrics.registry),
+      metrics: new EppStreamMetrics(live.current.metrics.registry),
       rng,
       maxBodyBytes: shared.maxBodyBytes ?? 16 * 1024 * 1024,
-      strip: trusted ? [trusted.name] : [],
+      strip: () => {
+        const t = live.current.trusted;
+        return t ? [t.name] : [];
+      },
       target: (parsed, headers) => {
-        const selected = trusted ? first(headers, trusted.name) : undefined;
+        const set = live.current;
+        const selected = set.trusted ? first(headers, set.trusted.name) : undefined;
         const chosen = set.choose(parsed, selected ? selected : null);
         if (chosen instanceof GatewayError) return chosen;
         const gw = chosen.pool;
-        return {
-          gw,
-          tokens: tokens.get(gw) as EppTokenMetrics,
-          rewrite: chosen.rewrite,
-          objectives: set.objectivesOf(gw),
-        };
+        return { gw, tokens: tokensOf(gw), rewrite: chosen.rewrite, objectives: set.objectivesOf(gw) };
       },
-      anyReady: (subset) => randomReady(set.pools.values(), subset, rng),
+      anyReady: (subset) => randomReady(live.current.pools.values(), subset, rng),
       log,
     },
-    ready: () => set.ready(),
-    metricsGet: (req, res) => set.handleAdmin(req, res, true),
+    ready: () => live.current.ready(),
+    metricsGet: (req, res) => live.handleAdmin(req, res, true),
     adminServer: admin,
     drainTimeoutMs: shared.drainTimeoutMs ?? 30_000,
-    start: () => set.start(),
+    start: () => live.start(),
     close: async () => {
-      await set.close();
+      await live.close();
       await new Promise<void>((r) => {
         admin.close(() => r());
         admin.closeAllConnections();

@@ -20,6 +20,7 @@ import { type BoundAddress, listen } from "../listen.ts";
 import { type ParsedRequest, parseRequestBody, readBody, routeOf } from "../request-body.ts";
 import { proxyPreread } from "../server.ts";
 import type { FrontMetrics } from "./front-metrics.ts";
+import { LivePools } from "./live-pools.ts";
 import type { RoutedPool } from "./pool-router.ts";
 import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, type TrustedHeader } from "./pools-file.ts";
@@ -44,7 +45,7 @@ export interface MultiPoolHandle {
 const ROUTE_PATHS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/embeddings"]);
 
 export class MultiPoolFront {
-  readonly set: PoolSet;
+  readonly live: LivePools;
   readonly publicServer: Server;
   readonly adminServer: Server;
   readonly connections: ConnectionLimit;
@@ -52,8 +53,8 @@ export class MultiPoolFront {
   readonly #sockets = new Set<Socket>();
   draining = false;
 
-  constructor(set: PoolSet, opts: MultiPoolOptions) {
-    this.set = set;
+  constructor(live: LivePools, opts: MultiPoolOptions) {
+    this.live = live;
     this.maxBodyBytes = opts.maxBodyBytes ?? 16 * 1024 * 1024;
     this.connections = new ConnectionLimit(opts.maxConnections ?? 16384);
     this.publicServer = createServer({ headersTimeout: opts.headersTimeoutMs ?? 30_000 }, (req, res) =>
@@ -65,7 +66,12 @@ export class MultiPoolFront {
       this.#sockets.add(s);
       s.on("close", () => this.#sockets.delete(s));
     });
-    this.adminServer = createServer((req, res) => set.handleAdmin(req, res));
+    this.adminServer = createServer((req, res) => live.handleAdmin(req, res));
+  }
+
+  /** The pools serving now (a reload of the pools file replaces them). */
+  get set(): PoolSet {
+    return this.live.current;
   }
 
   get pools(): ReadonlyMap<string, Gateway> {
@@ -177,7 +183,7 @@ export class MultiPoolFront {
     this.draining = true;
     const closed = new Promise<void>((r) => this.publicServer.close(() => r()));
     this.publicServer.closeIdleConnections();
-    await this.set.close();
+    await this.live.close();
     for (const s of this.#sockets) s.destroy();
     await closed;
     await new Promise<void>((r) => {
@@ -192,7 +198,9 @@ export async function startMultiPool(opts: MultiPoolOptions): Promise<MultiPoolH
   const spec = opts.poolsSpec ?? loadPoolsFile(opts.poolsFile as string);
   const { poolsFile: _f, poolsSpec: _s, ...shared } = opts;
   const { kubeconfig, ...gateway } = shared;
-  const front = new MultiPoolFront(await createPoolSet(spec, gateway, { kubeconfig }), opts);
+  const set = await createPoolSet(spec, gateway, { kubeconfig });
+  const live = new LivePools(set, opts.poolsFile ?? null, { shared: gateway, kube: { kubeconfig } });
+  const front = new MultiPoolFront(live, opts);
   try {
     const bound = await listen(front.publicServer, opts.port ?? 0, opts.host ?? "127.0.0.1", {
       port: "--port",
@@ -202,7 +210,7 @@ export async function startMultiPool(opts: MultiPoolOptions): Promise<MultiPoolH
       port: "--admin-port",
       host: "--admin-host",
     });
-    front.set.start();
+    front.live.start();
     return { url: bound.url, adminUrl: adminBound.url, bound, adminBound, front, close: () => front.close() };
   } catch (err) {
     await front.close().catch(() => {});

@@ -26,7 +26,7 @@ import type { ParsedRequest } from "../request-body.ts";
 import { servedModelCards } from "../server.ts";
 import { FrontMetrics } from "./front-metrics.ts";
 import { PoolRouter, type RoutedPool } from "./pool-router.ts";
-import type { PoolsFile, TrustedHeader } from "./pools-file.ts";
+import type { PoolDef, PoolsFile, TrustedHeader } from "./pools-file.ts";
 
 /** What every pool's Gateway shares: the front's options minus what the pools file gives per pool. */
 export type SharedPoolOptions = Omit<GatewayOptions, "endpoints" | "endpointsFile" | "config" | "configFile">;
@@ -44,6 +44,13 @@ interface PoolExtras {
   readonly objectives: () => ReadonlyMap<string, number> | undefined;
 }
 
+/** One pool of a set: its Gateway, the pools-file entry it was built from, its discovery if any. */
+export interface PoolMember {
+  readonly gw: Gateway;
+  readonly def: PoolDef;
+  readonly discovered: Discovered | null;
+}
+
 /** A model card of GET /v1/models. */
 export interface ModelCard {
   id: string;
@@ -56,7 +63,10 @@ export class PoolSet {
   readonly pools: ReadonlyMap<string, Gateway>;
   readonly router: PoolRouter<Gateway>;
   readonly trusted: TrustedHeader | null;
-  readonly metrics = new FrontMetrics();
+  readonly metrics: FrontMetrics;
+  readonly members: ReadonlyMap<string, PoolMember>;
+  /** Gateways start() has yet to start (those a reload reused are running already). */
+  readonly #fresh: Set<Gateway>;
   readonly #rng: () => number;
   readonly #declared: ReadonlyMap<Gateway, readonly string[] | null>;
   readonly #forget: NodeJS.Timeout;
@@ -65,13 +75,16 @@ export class PoolSet {
 
   constructor(
     spec: PoolsFile,
-    pools: ReadonlyMap<string, Gateway>,
-    seed = 1,
-    discovered: ReadonlyMap<string, Discovered> = new Map(),
+    members: ReadonlyMap<string, PoolMember>,
+    opts: { seed?: number; metrics?: FrontMetrics; running?: ReadonlySet<Gateway> } = {},
   ) {
-    this.pools = pools;
-    for (const [name, d] of discovered) {
-      const gw = pools.get(name) as Gateway;
+    this.members = members;
+    this.pools = new Map([...members].map(([name, m]) => [name, m.gw]));
+    const pools = this.pools;
+    this.metrics = opts.metrics ?? new FrontMetrics();
+    this.#fresh = new Set([...pools.values()].filter((gw) => !opts.running?.has(gw)));
+    for (const { gw, discovered: d } of members.values()) {
+      if (!d) continue;
       const objectives = clusterObjectives(
         () => gw.routing.objectives,
         () => d.resources().objectives,
@@ -98,7 +111,7 @@ export class PoolSet {
     this.#forget = setInterval(() => this.router.forgetLearned(), 1000);
     this.#forget.unref();
     this.trusted = spec.trustedHeader;
-    const rng = createRng(seed);
+    const rng = createRng(opts.seed ?? 1);
     this.#rng = () => rng.next();
   }
 
@@ -264,17 +277,19 @@ export class PoolSet {
     return true;
   }
 
-  /** Starts every pool's scraping and discovery. */
+  /** Starts the scraping of every pool not started yet. */
   start(): void {
-    for (const gw of this.pools.values()) startDataLayer(gw);
+    for (const gw of this.#fresh) startDataLayer(gw);
+    this.#fresh.clear();
   }
 
-  /** Drains and closes every pool. */
-  close(): Promise<void> {
+  /** Drains and closes every pool but those `keep` holds (a reloaded set that reuses them). */
+  close(keep: ReadonlySet<Gateway> = new Set()): Promise<void> {
     this.#closed ??= (async () => {
       clearInterval(this.#forget);
-      await Promise.all([...this.pools.values()].map((gw) => gw.close()));
-      await Promise.all([...this.#k8s.values()].map((x) => x.discovered.close().catch(() => {})));
+      const gone = [...this.members.values()].filter((m) => !keep.has(m.gw));
+      await Promise.all(gone.map((m) => m.gw.close()));
+      await Promise.all(gone.map((m) => m.discovered?.close().catch(() => {})));
     })();
     return this.#closed;
   }
@@ -304,26 +319,40 @@ async function discover(
   return kp;
 }
 
+/** Same entry in the pools file (the entry's config file's content is the pool's own /reload's business). */
+const sameDef = (a: PoolDef, b: PoolDef) => JSON.stringify(a) === JSON.stringify(b);
+
 /**
  * Builds every pool's Gateway (not yet scraping: start() does), starting the discovery of pools
- * that name an InferencePool; rejects naming the pool whose file, option or cluster is bad.
+ * that name an InferencePool; rejects naming the pool whose file, option or cluster is bad. With
+ * `previous` (a reload), a pool whose entry is unchanged keeps its running Gateway, scrapes and
+ * indexes included; only new or changed entries are built, and only those are closed on failure.
  */
 export async function createPoolSet(
   spec: PoolsFile,
   shared: SharedPoolOptions,
   kube: DiscoveryOptions = {},
+  previous?: PoolSet,
 ): Promise<PoolSet> {
-  const pools = new Map<string, Gateway>();
-  const discovered = new Map<string, Discovered>();
+  const members = new Map<string, PoolMember>();
+  const builtGateways: Gateway[] = [];
+  const discoveries: Discovered[] = [];
+  const running = new Set<Gateway>();
   try {
     for (const p of spec.pools) {
+      const old = previous?.members.get(p.name);
+      if (old && sameDef(old.def, p)) {
+        members.set(p.name, old);
+        running.add(old.gw);
+        continue;
+      }
       const named = (err: Error) => Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
       const d = p.inferencePool
         ? await discover(p, kube, shared.log).catch((e: Error) => {
             throw named(e);
           })
         : null;
-      if (d) discovered.set(p.name, d);
+      if (d) discoveries.push(d);
       const gw = await createGateway(
         {
           ...shared,
@@ -338,12 +367,13 @@ export async function createPoolSet(
       ).catch((err: Error) => {
         throw named(err);
       });
-      pools.set(p.name, gw);
+      builtGateways.push(gw);
+      members.set(p.name, { gw, def: p, discovered: d });
     }
   } catch (err) {
-    await Promise.all([...pools.values()].map((g) => g.close().catch(() => {})));
-    await Promise.all([...discovered.values()].map((d) => d.close().catch(() => {})));
+    await Promise.all(builtGateways.map((gw) => gw.close().catch(() => {})));
+    await Promise.all(discoveries.map((d) => d.close().catch(() => {})));
     throw err;
   }
-  return new PoolSet(spec, pools, shared.seed ?? 1, discovered);
+  return new PoolSet(spec, members, { seed: shared.seed ?? 1, metrics: previous?.metrics, running });
 }
