@@ -7,7 +7,7 @@
  * whose own decision path (decide.ts) schedules it. An unknown model is a 404 naming the served ones.
  * GET /v1/models is the union over the pools plus the rewrites' source names. The pools, the choice
  * and the admin routes (GET /pools, each pool's admin API under /pools/<name>/) are pool-set.ts's,
- * shared with `kvgate epp --pools`.
+ * shared with `kvgate epp --pools`; the file's reload (watched, or POST /reload) is live-pools.ts's.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createServer, type Server } from "node:http";
