@@ -17,8 +17,9 @@ import { first } from "../ext-proc/messages.ts";
 import { EppStreamMetrics, EppTokenMetrics } from "../ext-proc/metrics.ts";
 import { randomReady } from "../ext-proc/request-answer.ts";
 import type { Gateway } from "../gateway.ts";
+import { createPoolSet, type DiscoveryOptions } from "./build-pools.ts";
 import { LivePools } from "./live-pools.ts";
-import { createPoolSet, type DiscoveryOptions, type SharedPoolOptions } from "./pool-set.ts";
+import type { SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, PoolsFileError } from "./pools-file.ts";
 
 export type MultiPoolEppOptions = SharedPoolOptions &

@@ -19,10 +19,11 @@ import { headerValue } from "../headers.ts";
 import { type BoundAddress, listen } from "../listen.ts";
 import { type ParsedRequest, parseRequestBody, readBody, routeOf } from "../request-body.ts";
 import { proxyPreread } from "../server.ts";
+import { createPoolSet, type DiscoveryOptions } from "./build-pools.ts";
 import type { FrontMetrics } from "./front-metrics.ts";
 import { LivePools } from "./live-pools.ts";
 import type { RoutedPool } from "./pool-router.ts";
-import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import type { PoolSet, SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile, type TrustedHeader } from "./pools-file.ts";
 
 export type MultiPoolOptions = SharedPoolOptions &

@@ -10,7 +10,8 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { type FileWatch, watchFile } from "../../datalayer/file-watch.ts";
 import { GatewayError, sendError } from "../errors.ts";
-import { createPoolSet, type DiscoveryOptions, type PoolSet, type SharedPoolOptions } from "./pool-set.ts";
+import { createPoolSet, type DiscoveryOptions } from "./build-pools.ts";
+import type { PoolSet, SharedPoolOptions } from "./pool-set.ts";
 import { loadPoolsFile, type PoolsFile } from "./pools-file.ts";
 
 export type PoolsReload = { ok: true; pools: string[] } | { ok: false; error: string };

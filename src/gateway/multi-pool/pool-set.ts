@@ -6,20 +6,19 @@
  * InferenceModelRewrites to the pool serving it; the front's own metrics; and the admin routes: GET
  * /pools, GET /metrics (the front's families) and each pool's admin API under /pools/<name>/.
  *
- * A pool naming an `inferencePool` is discovered as `kvgate epp --pool-name` discovers its one pool
- * (datalayer/kubernetes/pool.ts), each with its own watches: its Ready pods are its endpoints, its
+ * A pool naming an `inferencePool` is discovered (build-pools.ts) as `kvgate epp --pool-name`
+ * discovers its one pool, each with its own watches: its Ready pods are its endpoints, its
  * InferenceObjectives set its priorities, and its InferenceModelRewrites (poolRef = that pool) apply
  * inside it once the file's rewrites have chosen it, as the pool's own EPP would apply them; a model
  * one of them rewrites counts as served by that pool. It is ready once its first sync is done.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { KubeConfig } from "@kubernetes/client-node";
 import type { EndpointSource } from "../../datalayer/endpoints.ts";
 import type { PoolResources } from "../../datalayer/pool-resources.ts";
 import { createRng } from "../../scheduler/rng.ts";
 import { handleAdmin } from "../admin.ts";
 import { GatewayError, sendError } from "../errors.ts";
-import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
+import { type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
 import { clusterObjectives } from "../model-objectives.ts";
 import { type RewriteDecision, resolveModelRewrite } from "../model-rewrite.ts";
 import type { ParsedRequest } from "../request-body.ts";
@@ -293,87 +292,4 @@ export class PoolSet {
     })();
     return this.#closed;
   }
-}
-
-/** How discovered pools reach the Kubernetes API. */
-export interface DiscoveryOptions {
-  /** Default: KUBECONFIG, ~/.kube/config, then the pod's service account. */
-  kubeconfig?: KubeConfig | string;
-}
-
-/** Starts the watches of a pool naming an InferencePool. */
-async function discover(
-  p: PoolsFile["pools"][number],
-  opts: DiscoveryOptions,
-  log: ((line: string) => void) | undefined,
-): Promise<Discovered> {
-  const { startKubernetesPool } = await import("../../datalayer/kubernetes/pool.ts");
-  const ip = p.inferencePool as NonNullable<typeof p.inferencePool>;
-  const kp = startKubernetesPool({
-    poolName: ip.name,
-    namespace: ip.namespace ?? process.env.NAMESPACE ?? "default",
-    group: ip.group,
-    kubeconfig: opts.kubeconfig,
-    log: log && ((line) => log(`pool ${p.name}: ${line}`)),
-  });
-  return kp;
-}
-
-/** Same entry in the pools file (the entry's config file's content is the pool's own /reload's business). */
-const sameDef = (a: PoolDef, b: PoolDef) => JSON.stringify(a) === JSON.stringify(b);
-
-/**
- * Builds every pool's Gateway (not yet scraping: start() does), starting the discovery of pools
- * that name an InferencePool; rejects naming the pool whose file, option or cluster is bad. With
- * `previous` (a reload), a pool whose entry is unchanged keeps its running Gateway, scrapes and
- * indexes included; only new or changed entries are built, and only those are closed on failure.
- */
-export async function createPoolSet(
-  spec: PoolsFile,
-  shared: SharedPoolOptions,
-  kube: DiscoveryOptions = {},
-  previous?: PoolSet,
-): Promise<PoolSet> {
-  const members = new Map<string, PoolMember>();
-  const builtGateways: Gateway[] = [];
-  const discoveries: Discovered[] = [];
-  const running = new Set<Gateway>();
-  try {
-    for (const p of spec.pools) {
-      const old = previous?.members.get(p.name);
-      if (old && sameDef(old.def, p)) {
-        members.set(p.name, old);
-        running.add(old.gw);
-        continue;
-      }
-      const named = (err: Error) => Object.assign(err, { message: `pool ${p.name}: ${err.message}` });
-      const d = p.inferencePool
-        ? await discover(p, kube, shared.log).catch((e: Error) => {
-            throw named(e);
-          })
-        : null;
-      if (d) discoveries.push(d);
-      const gw = await createGateway(
-        {
-          ...shared,
-          endpoints: p.endpoints,
-          endpointsFile: p.endpointsFile,
-          configFile: p.configFile,
-          poolName: p.name,
-          // Routing-state sync is per pool: a shared --nats-subject gets the pool's name appended.
-          natsSubject: shared.natsSubject === undefined ? undefined : `${shared.natsSubject}.${p.name}`,
-        },
-        d?.source,
-      ).catch((err: Error) => {
-        throw named(err);
-      });
-      builtGateways.push(gw);
-      members.set(p.name, { gw, def: p, discovered: d });
-    }
-  } catch (err) {
-    await Promise.all(builtGateways.map((gw) => gw.close().catch(() => {})));
-    await Promise.all(discoveries.map((d) => d.close().catch(() => {})));
-    throw err;
-  }
-  return new PoolSet(spec, members, { seed: shared.seed ?? 1, metrics: previous?.metrics, running });
 }
