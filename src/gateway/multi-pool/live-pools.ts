@@ -55,8 +55,13 @@ export class LivePools {
 
   /** Re-reads the file; on any error the current pools stay. */
   reload(): Promise<PoolsReload> {
-    const next = this.#chain.then(() => this.#reload());
-    this.#chain = next.catch(() => {});
+    const next = this.#chain
+      .then(() => this.#reload())
+      .catch((err: Error) => {
+        this.#log(`kvgate: pools reload failed: ${err.stack ?? err}`);
+        return { ok: false as const, error: `internal error: ${err.message}; see the log` };
+      });
+    this.#chain = next;
     return next;
   }
 
