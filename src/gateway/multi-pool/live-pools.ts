@@ -86,7 +86,9 @@ export class LivePools {
     }
     this.#current = next;
     next.start();
-    void old.close(new Set(next.pools.values()));
+    old
+      .close(new Set(next.pools.values()))
+      .catch((err: Error) => this.#log(`kvgate: closing replaced pools: ${err.message}`));
     next.metrics.reloads.inc({ result: "ok" });
     const pools = [...next.pools.keys()];
     this.#log(`kvgate: pools file reloaded from ${this.path}: ${pools.join(", ")}`);
