@@ -5,19 +5,18 @@
  * pool's one target port). Requests go client → proxy → ext_proc → the picked pod.
  */
 import assert from "node:assert/strict";
-import { createServer } from "node:net";
 import { after, before, test } from "node:test";
 import { startEnvoyLikeProxy } from "../src/bench/ext-proc/proxy.ts";
 import { type KubernetesPool, startKubernetesPool } from "../src/datalayer/kubernetes/pool.ts";
 import { type EppHandle, startEpp } from "../src/gateway/ext-proc/epp.ts";
 import { crdPath, FakeKubeApi, podsPath } from "./helpers/fake-kube-api.ts";
 import { NS, pod, poolV1, until } from "./helpers/kube-fixtures.ts";
-import { postJson, startTestReplica, type TestReplica } from "./helpers/replica.ts";
+import { freePort } from "./helpers/local-epp.ts";
+import { postJson, requestsServed, startTestReplica, type TestReplica } from "./helpers/replica.ts";
 
 const PODS = podsPath(NS);
 const POOLS = crdPath("inference.networking.k8s.io", "v1", NS, "inferencepools");
-const served = (r: TestReplica) =>
-  Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
+const served = requestsServed;
 
 const cleanups: (() => Promise<void>)[] = [];
 after(async () => {
@@ -31,14 +30,6 @@ let proxyUrl: string;
 let a: TestReplica;
 let b: TestReplica;
 let port: number;
-
-async function freePort(host: string): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, host, () => r()));
-  const p = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return p;
-}
 
 before(async () => {
   port = await freePort("127.0.0.2");

@@ -1,5 +1,5 @@
 /**
- * `kvgate serve --pools` from the command line (bad files and flag mixes exit 2 saying what to do, a
+ * `kvgate serve --pools` and `kvgate epp --pools` from the command line (bad files and flag mixes exit 2 saying what to do, a
  * good file starts and routes), the shipped example file, and the trusted header never reaching a
  * replica.
  */
@@ -125,4 +125,75 @@ test("the shipped example pools file loads and its pool configs build", async ()
   assert.equal(f.trustedHeader?.selects, "model");
   for (const p of f.pools) await createScheduler(readFileSync(p.configFile as string, "utf8"));
   assert.equal(dirname(f.pools[1].endpointsFile as string), dirname(path));
+});
+
+test("kvgate epp --pools: flag mixes exit 2 with what to do", { timeout: 120_000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-pools-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, "pools.yaml");
+  writeFileSync(file, "pools:\n  - { name: a, endpoints: 127.0.0.1:1 }\n");
+  const r1 = await runKvgate([
+    "epp",
+    "--pools",
+    file,
+    "--endpoints",
+    "127.0.0.1:2",
+    "--config-file",
+    "x.yaml",
+  ]);
+  assert.equal(r1.code, 2);
+  assert.match(r1.stderr, /--pools names each pool's endpoints.*drop --endpoints, --config-file/);
+  const r2 = await runKvgate(["epp", "--pools", file, "--ha-enable-leader-election"]);
+  assert.equal(r2.code, 2);
+  assert.match(r2.stderr, /not supported with --pools/);
+  const bad = join(dir, "bad.yaml");
+  writeFileSync(bad, "pools:\n  - { name: a }\n");
+  const r3 = await runKvgate([
+    "epp",
+    "--pools",
+    bad,
+    "--grpc-port",
+    "0",
+    "--grpc-health-port",
+    "0",
+    "--metrics-port",
+    "0",
+  ]);
+  assert.equal(r3.code, 2);
+  assert.match(r3.stderr, /give exactly one of endpoints/);
+});
+
+test("kvgate epp --pools starts and names its pools", { timeout: 120_000 }, async (t) => {
+  const [a, b] = await Promise.all([fakeReplica("alpha"), fakeReplica("beta")]);
+  const dir = mkdtempSync(join(tmpdir(), "kvgate-pools-"));
+  t.after(async () => {
+    rmSync(dir, { recursive: true, force: true });
+    await Promise.all([a.close(), b.close()]);
+  });
+  const file = join(dir, "pools.yaml");
+  writeFileSync(
+    file,
+    `pools:\n  - { name: a, endpoints: ${a.id} }\n  - { name: b, endpoints: [${b.id}], models: [beta] }\n`,
+  );
+  const args = ["--host", "127.0.0.1", "--grpc-port", "0", "--grpc-health-port", "0", "--metrics-port", "0"];
+  const child = spawn(process.execPath, [KVGATE_BIN, "epp", "--pools", file, ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  t.after(() => void child.kill("SIGKILL"));
+  let out = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (out += d));
+  await waitFor(() => out.includes("\n"), "startup line", 60_000);
+  assert.match(
+    out,
+    /kvgate epp: ext_proc on 127\.0\.0\.1:\d+ \(TLS self-signed\).*pools a \(1 endpoint\(s\)\), b \(1 endpoint\(s\)\)/,
+  );
+  const metrics = /metrics (http:\/\/[^\s,]+)\/metrics/.exec(out)?.[1];
+  const pools = (await (await fetch(`${metrics}/pools`)).json()) as { pools: { name: string }[] };
+  assert.deepEqual(
+    pools.pools.map((p) => p.name),
+    ["a", "b"],
+  );
+  child.kill("SIGTERM");
+  const code = await new Promise((r) => child.once("exit", r));
+  assert.equal(code, 0);
 });

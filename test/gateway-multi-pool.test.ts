@@ -189,8 +189,17 @@ test("bad pools files get errors that say what to write", () => {
       (e: Error) => e.name === "PoolsFileError" && re.test(e.message),
     );
   bad("pools: []", /at least one pool/);
-  bad("pools: [{ name: a }]", /exactly one of endpoints .* or endpointsFile/);
+  bad("pools: [{ name: a }]", /exactly one of endpoints .*, endpointsFile .* or inferencePool/);
   bad("pools: [{ name: a, endpoints: x:1, endpointsFile: f }]", /exactly one of endpoints/);
+  bad(
+    "pools: [{ name: a, endpoints: x:1, inferencePool: { name: p } }]",
+    /exactly one of .* or inferencePool/,
+  );
+  bad(
+    "pools: [{ name: a, inferencePool: { name: p, group: example.com } }]",
+    /inference\.networking\.k8s\.io \(v1\)/,
+  );
+  bad("pools: [{ name: a, inferencePool: { pool: p } }]", /pool/);
   bad("pools: [{ name: A_b, endpoints: x:1 }]", /DNS label/);
   bad("pools: [{ name: a, endpoints: x:1, colour: red }]", /colour/);
   bad("pools: [{ name: a, endpoints: x:1 }, { name: a, endpoints: y:1 }]", /used twice/);

@@ -4,6 +4,8 @@
  * where llm-d has them, plus kvgate's --endpoints/--endpoints-file for use without Kubernetes. With
  * --pool-name and no endpoint flag, endpoints, objectives and rewrites come from Kubernetes discovery
  * (epp-kubernetes.ts), and with --ha-enable-leader-election only the Lease holder reports SERVING.
+ * With --pools FILE (the pools file of `kvgate serve --pools`) one server fronts several pools, each
+ * request decided by the pool serving its model (gateway/multi-pool/epp-pools.ts).
  * Prints one startup line; SIGTERM/SIGINT turn health NOT_SERVING at once, let open streams finish
  * for --drain-timeout, then exit 0. Bad flags exit 2 with what to do.
  */
@@ -51,6 +53,7 @@ interface Flags extends SyncFlags {
   configText?: string;
   endpoints?: string;
   endpointsFile?: string;
+  pools?: string;
   secureServing: boolean;
   certPath?: string;
   enableCertReload?: boolean;
@@ -68,10 +71,27 @@ interface Flags extends SyncFlags {
 
 /** Checks the flags that do not need a running server; returns an error message or null. */
 export function checkEppFlags(f: Flags): string | null {
+  if (f.pools !== undefined) {
+    const per = {
+      "--endpoints": f.endpoints,
+      "--endpoints-file": f.endpointsFile,
+      "--pool-name": f.poolName,
+      "--config-file": f.configFile,
+      "--config-text": f.configText,
+      "--autoscale-config": f.autoscaleConfig,
+    };
+    const clash = Object.entries(per)
+      .filter(([, v]) => v !== undefined)
+      .map(([k]) => k);
+    if (clash.length)
+      return `--pools names each pool's endpoints and EndpointPickerConfig; drop ${clash.join(", ")}${f.autoscaleConfig !== undefined ? " (autoscaling signals are per pool and not wired for --pools yet)" : ""}`;
+    if (f.haEnableLeaderElection)
+      return "--ha-enable-leader-election holds one InferencePool's Lease; it is not supported with --pools (run one kvgate epp per pool for active-passive HA)";
+  }
   const given = [f.endpoints, f.endpointsFile].filter((x) => x !== undefined).length;
   if (given > 1) return "give at most one of --endpoints and --endpoints-file";
-  if (given === 0 && f.poolName === undefined)
-    return "say where the endpoints are: --pool-name NAME (Kubernetes InferencePool discovery), or --endpoints host:port,... / --endpoints-file FILE";
+  if (given === 0 && f.poolName === undefined && f.pools === undefined)
+    return "say where the endpoints are: --pool-name NAME (Kubernetes InferencePool discovery), --endpoints host:port,... / --endpoints-file FILE, or --pools FILE (several pools)";
   if (f.configFile !== undefined && f.configText !== undefined)
     return "give at most one of --config-file and --config-text";
   if (f.certPath !== undefined && !f.secureServing)
@@ -110,6 +130,10 @@ export function registerEpp(program: Command): Command {
     .option("--config-text <yaml>", "the EndpointPickerConfig itself")
     .option("--endpoints <list>", "replicas as host:port,... (instead of Kubernetes discovery)")
     .option("--endpoints-file <path>", "YAML list of {address, labels?, kvEvents?}; re-read when it changes")
+    .option(
+      "--pools <path>",
+      "several pools behind this one server: the pools file of kvgate serve --pools (instead of --endpoints/--endpoints-file/--pool-name/--config-file)",
+    )
     .option("--secure-serving [bool]", "TLS on the ext_proc port", bool, true)
     .option("--cert-path <dir>", "directory with tls.crt and tls.key (default: a self-signed certificate)")
     .addOption(
@@ -146,10 +170,84 @@ export function registerEpp(program: Command): Command {
   });
 }
 
-async function run(flags: Flags, c: Command): Promise<void> {
-  const { startEpp } = await import("../gateway/ext-proc/epp.ts");
+/** The options of the ext_proc server and of every pool's gateway that come from flags. */
+function serverOptions(flags: Flags) {
+  return {
+    grpcHost: flags.host,
+    grpcPort: flags.grpcPort,
+    grpcHealthPort: flags.grpcHealthPort,
+    metricsPort: flags.metricsPort,
+    adminPort: flags.adminPort,
+    secureServing: flags.secureServing,
+    certPath: flags.certPath,
+    drainTimeoutMs: flags.drainTimeout,
+    grpcMaxRecvMsgSize: flags.grpcMaxRecvMsgSize,
+    grpcMaxSendMsgSize: flags.grpcMaxSendMsgSize,
+    scrapeIntervalMs: flags.scrapeIntervalMs,
+    maxBodyBytes: flags.maxBodyBytes,
+    modelObjectivesFile: flags.modelObjectives,
+    tokenizer: flags.tokenizer,
+    seed: flags.seed,
+    nats: flags.nats,
+    natsSubject: flags.natsSubject,
+  };
+}
+
+/** SIGTERM/SIGINT: health NOT_SERVING, open streams drain (up to --drain-timeout), exit 0. */
+function stopOnSignals(close: () => Promise<unknown>, drainTimeout: number): void {
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(
+      `kvgate epp: ${signal}: health NOT_SERVING, draining open streams (up to ${drainTimeout} ms)`,
+    );
+    const force = setTimeout(() => process.exit(0), drainTimeout + 5000);
+    force.unref();
+    const done = () => process.exit(0);
+    close().then(done, done);
+  };
+  process.once("SIGTERM", () => stop("SIGTERM"));
+  process.once("SIGINT", () => stop("SIGINT"));
+}
+
+/** Exit 2 for a bad file, flag or config (the message says what to change), 1 for anything else. */
+async function failStart(err: unknown, c: Command): Promise<never> {
   const { EndpointConfigError } = await import("../datalayer/endpoints.ts");
   const { ConfigError } = await import("../scheduler/errors.ts");
+  const { PoolsFileError } = await import("../gateway/multi-pool/pools-file.ts");
+  const e = err as Error;
+  if (
+    err instanceof EndpointConfigError ||
+    err instanceof ConfigError ||
+    err instanceof PoolsFileError ||
+    /^(pool [^:]*: )?(--|give )/.test(e.message)
+  )
+    c.error(`error: ${e.message}`, { exitCode: 2 });
+  console.error(`kvgate epp: cannot start: ${e.message}`);
+  process.exit(1);
+}
+
+async function runPools(flags: Flags, c: Command): Promise<void> {
+  const { startMultiPoolEpp } = await import("../gateway/multi-pool/epp-pools.ts");
+  const epp = await startMultiPoolEpp({ ...serverOptions(flags), poolsFile: flags.pools }).catch((err) =>
+    failStart(err, c),
+  );
+  stopOnSignals(() => epp.close(), flags.drainTimeout);
+  const tls = epp.grpc.secure
+    ? `TLS ${epp.tlsOrigin === "self-signed" ? "self-signed" : `from ${epp.tlsOrigin}`}`
+    : "plaintext";
+  const pools = [...epp.live.current.pools].map(
+    ([name, gw]) => `${name} (${gw.data.store.size} endpoint(s))`,
+  );
+  console.log(
+    `kvgate epp: ext_proc on ${flags.host}:${epp.grpc.port} (${tls}), health on ${flags.host}:${epp.healthPort}, metrics ${epp.metrics.url}/metrics, pools ${pools.join(", ")}`,
+  );
+}
+
+async function run(flags: Flags, c: Command): Promise<void> {
+  if (flags.pools !== undefined) return runPools(flags, c);
+  const { startEpp } = await import("../gateway/ext-proc/epp.ts");
   const k8s =
     flags.endpoints === undefined && flags.endpointsFile === undefined
       ? await startKubernetesDiscovery({
@@ -162,11 +260,7 @@ async function run(flags: Flags, c: Command): Promise<void> {
   let epp: Awaited<ReturnType<typeof startEpp>>;
   try {
     epp = await startEpp({
-      grpcHost: flags.host,
-      grpcPort: flags.grpcPort,
-      grpcHealthPort: flags.grpcHealthPort,
-      metricsPort: flags.metricsPort,
-      adminPort: flags.adminPort,
+      ...serverOptions(flags),
       endpoints: flags.endpoints,
       endpointsFile: flags.endpointsFile,
       source: k8s?.source,
@@ -175,45 +269,13 @@ async function run(flags: Flags, c: Command): Promise<void> {
       ready: k8s?.ready,
       configFile: flags.configFile,
       config: flags.configText,
-      secureServing: flags.secureServing,
-      certPath: flags.certPath,
-      drainTimeoutMs: flags.drainTimeout,
-      grpcMaxRecvMsgSize: flags.grpcMaxRecvMsgSize,
-      grpcMaxSendMsgSize: flags.grpcMaxSendMsgSize,
-      scrapeIntervalMs: flags.scrapeIntervalMs,
-      maxBodyBytes: flags.maxBodyBytes,
-      modelObjectivesFile: flags.modelObjectives,
-      tokenizer: flags.tokenizer,
       poolName: flags.poolName ?? "kvgate",
-      seed: flags.seed,
-      nats: flags.nats,
-      natsSubject: flags.natsSubject,
     });
   } catch (err) {
     await k8s?.close();
-    const e = err as Error;
-    if (err instanceof EndpointConfigError || err instanceof ConfigError || /^--|^give /.test(e.message))
-      c.error(`error: ${e.message}`, { exitCode: 2 });
-    console.error(`kvgate epp: cannot start: ${e.message}`);
-    process.exit(1);
+    return failStart(err, c);
   }
-  let stopping = false;
-  const stop = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    console.error(
-      `kvgate epp: ${signal}: health NOT_SERVING, draining open streams (up to ${flags.drainTimeout} ms)`,
-    );
-    const force = setTimeout(() => process.exit(0), flags.drainTimeout + 5000);
-    force.unref();
-    const done = () => process.exit(0);
-    epp
-      .close()
-      .then(() => k8s?.close())
-      .then(done, done);
-  };
-  process.once("SIGTERM", () => stop("SIGTERM"));
-  process.once("SIGINT", () => stop("SIGINT"));
+  stopOnSignals(() => epp.close().then(() => k8s?.close()), flags.drainTimeout);
   try {
     startAutoscale(epp.gateway, flags.autoscaleConfig);
   } catch (err) {

@@ -80,7 +80,7 @@ export function registerServe(program: Command): Command {
         )
         .option(
           "--pools <path>",
-          "several pools behind this front door: YAML {pools: [{name, endpoints|endpointsFile, config?, models?}], rewrites?, trustedHeader?} (instead of --endpoints/--endpoints-file/--config)",
+          "several pools behind this front door: YAML {pools: [{name, endpoints|endpointsFile|inferencePool, config?, models?}], rewrites?, trustedHeader?} (instead of --endpoints/--endpoints-file/--config)",
         )
         .option("--config <path>", "llm-d EndpointPickerConfig YAML (default: built-in)")
         .option("--model-objectives <path>", "YAML map model → priority or InferenceObjective name")

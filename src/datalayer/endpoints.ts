@@ -7,9 +7,10 @@
  * add/remove/update events.
  */
 import { EventEmitter } from "node:events";
-import { type FSWatcher, readFileSync, statSync, watch } from "node:fs";
-import { basename, dirname, resolve } from "node:path";
+import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
+import { type FileWatch, watchFile } from "./file-watch.ts";
 
 export interface EndpointSpec {
   /** "host:port", the identity used by the scheduler, metrics and admin API. */
@@ -210,10 +211,7 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
   #specs: EndpointSpec[];
   readonly path: string | null;
   #lastText: string | null = null;
-  #watcher: FSWatcher | null = null;
-  #poll: NodeJS.Timeout | null = null;
-  #debounce: NodeJS.Timeout | null = null;
-  #lastStat = "";
+  #watch: FileWatch | null = null;
   #log: (line: string) => void;
   #closed = false;
 
@@ -244,8 +242,7 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
       opts.log ?? ((l) => console.error(l)),
     );
     src.#lastText = text;
-    src.#lastStat = statKey(abs);
-    src.#watch(opts.pollMs ?? 1000, opts.debounceMs ?? 30);
+    src.#watch = watchFile(abs, () => src.reload(), { pollMs: opts.pollMs, debounceMs: opts.debounceMs });
     return src;
   }
 
@@ -292,10 +289,8 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
 
   close(): void {
     this.#closed = true;
-    this.#watcher?.close();
-    if (this.#poll) clearInterval(this.#poll);
-    if (this.#debounce) clearTimeout(this.#debounce);
-    this.#watcher = this.#poll = this.#debounce = null;
+    this.#watch?.close();
+    this.#watch = null;
   }
 
   #fail(err: Error): ReloadOutcome {
@@ -304,48 +299,5 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
     );
     if (this.listenerCount("error") > 0) this.emit("error", err);
     return { ok: false, error: err.message };
-  }
-
-  #schedule(debounceMs: number): void {
-    if (this.#closed) return;
-    if (this.#debounce) clearTimeout(this.#debounce);
-    this.#debounce = setTimeout(() => {
-      this.#debounce = null;
-      this.reload();
-    }, debounceMs);
-  }
-
-  #watch(pollMs: number, debounceMs: number): void {
-    const path = this.path as string;
-    const name = basename(path);
-    try {
-      this.#watcher = watch(dirname(path), { persistent: false }, (_event, file) => {
-        if (!file || file === name) this.#schedule(debounceMs);
-      });
-      this.#watcher.on("error", () => {
-        this.#watcher?.close();
-        this.#watcher = null;
-      });
-    } catch {
-      this.#watcher = null; // the poll below still notices changes
-    }
-    if (pollMs > 0) {
-      this.#poll = setInterval(() => {
-        const key = statKey(path);
-        if (key !== this.#lastStat) {
-          this.#lastStat = key;
-          this.#schedule(debounceMs);
-        }
-      }, pollMs);
-    }
-  }
-}
-
-function statKey(path: string): string {
-  try {
-    const s = statSync(path);
-    return `${s.ino}:${s.size}:${s.mtimeMs}`;
-  } catch {
-    return "missing";
   }
 }

@@ -62,3 +62,27 @@ export function resolvePriority(
   if (typeof d === "string") return objectives.get(d) ?? 0;
   return 0;
 }
+
+/**
+ * The InferenceObjective priorities a pool decides with when Kubernetes discovery supplies some:
+ * the config's (read through `config`, which a reload replaces) with the cluster's winning over
+ * same-named ones; undefined (= the config's) when the cluster has none. The merged map is rebuilt
+ * only when either side changed.
+ */
+export function clusterObjectives(
+  config: () => ReadonlyMap<string, number>,
+  cluster: () => ReadonlyMap<string, number> | undefined,
+): () => ReadonlyMap<string, number> | undefined {
+  let seen: [unknown, unknown] = [null, null];
+  let merged: ReadonlyMap<string, number> | undefined;
+  return () => {
+    const k8s = cluster();
+    if (!k8s || k8s.size === 0) return undefined;
+    const c = config();
+    if (seen[0] !== c || seen[1] !== k8s) {
+      seen = [c, k8s];
+      merged = new Map([...c, ...k8s]);
+    }
+    return merged;
+  };
+}

@@ -94,6 +94,8 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
 export interface PrereadRequest {
   body: Buffer;
   pre: NonNullable<DecideOptions["pre"]>;
+  /** InferenceObjective priorities from the pool's cluster; default the config's. */
+  objectives?: ReadonlyMap<string, number>;
 }
 
 /** handlePublic's POST path for a pre-read request; never rejects. */
@@ -158,7 +160,11 @@ async function proxyRequest(
       if (ac.signal.aborted) return count(499, "client-disconnect");
       return reject(err, "bad-request");
     }
-  const d = await decide(gw, route, body, req.headers, { signal: ac.signal, pre: preread?.pre });
+  const d = await decide(gw, route, body, req.headers, {
+    signal: ac.signal,
+    pre: preread?.pre,
+    objectives: preread?.objectives,
+  });
   if (!d.ok) {
     if (ac.signal.aborted) return count(499, "client-disconnect");
     return reject(d.error, d.outcome);

@@ -35,6 +35,10 @@ export interface TestReplica {
   close(): Promise<void>;
 }
 
+/** Requests the replica's engine finished successfully so far. */
+export const requestsServed = (r: TestReplica): number =>
+  Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
+
 /**
  * Starts a replica in this process. Override anything in `settings`; defaults are
  * TEST_REPLICA_DEFAULTS. Always `await replica.close()` (e.g. in `after` / `t.after`).

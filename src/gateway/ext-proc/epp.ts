@@ -10,28 +10,39 @@
  *
  * Seams for Kubernetes discovery: `source` (an EndpointSource it replaces as pods change),
  * `resources` (InferenceObjective priorities and InferenceModelRewrites), `isLeader` and `ready`.
+ * The server itself (serveExtProc) takes an EppBackend: here one pool's Gateway; with --pools
+ * several (multi-pool/epp-pools.ts), the pool chosen per stream from the body's model.
  */
-import { createServer, type Server as HttpServer } from "node:http";
+import {
+  createServer,
+  type Server as HttpServer,
+  type IncomingMessage,
+  type ServerResponse,
+} from "node:http";
 import { Server, ServerCredentials, type ServerDuplexStream } from "@grpc/grpc-js";
 import { HealthImplementation, type ServingStatus } from "grpc-health-check";
 import type { EndpointSource } from "../../datalayer/endpoints.ts";
 import type { PoolResources } from "../../datalayer/pool-resources.ts";
-import { createRng } from "../../scheduler/rng.ts";
+import { createRng, type Rng } from "../../scheduler/rng.ts";
 import { handleAdmin } from "../admin.ts";
 import { GatewayError, sendError } from "../errors.ts";
 import { createGateway, type Gateway, type GatewayOptions, startDataLayer } from "../gateway.ts";
 import { type BoundAddress, listen } from "../listen.ts";
-import { EppMetrics } from "./metrics.ts";
+import { clusterObjectives } from "../model-objectives.ts";
+import { resolveModelRewrite } from "../model-rewrite.ts";
+import { EppStreamMetrics, EppTokenMetrics } from "./metrics.ts";
 import {
   EXT_PROC_SERVICE,
   extProcService,
   type ProcessingRequest,
   type ProcessingResponse,
 } from "./proto.ts";
+import { randomReady } from "./request-answer.ts";
 import { type EppContext, ProcessStream } from "./stream.ts";
 import { readTlsDir, selfSigned, type TlsIdentity } from "./tls.ts";
 
-export interface EppOptions extends GatewayOptions {
+/** The ext_proc server's own options (ports, TLS, message sizes, leadership). */
+export interface EppServerOptions {
   /** ext_proc port; default 9002 (0 = any free port). */
   grpcPort?: number;
   /** Address of the gRPC and metrics servers; default 0.0.0.0. */
@@ -48,20 +59,42 @@ export interface EppOptions extends GatewayOptions {
   /** Largest gRPC message accepted / sent, bytes; default grpc-js's (4 MiB received, unlimited sent). */
   grpcMaxRecvMsgSize?: number;
   grpcMaxSendMsgSize?: number;
+  /** Only the leader reports SERVING (HA with leader election); default always. */
+  isLeader?: () => boolean;
+  /** How often readiness is re-evaluated; default 250 ms. */
+  readyPollMs?: number;
+  /** --admin-port: the full admin API (POST /explain, /reload); default off. */
+  adminPort?: number;
+  adminHost?: string;
+}
+
+export interface EppOptions extends GatewayOptions, EppServerOptions {
   /** The endpoints, instead of endpoints/endpointsFile (Kubernetes discovery replaces its specs). */
   source?: EndpointSource;
   /** The pool's InferenceObjectives and InferenceModelRewrites, read on every request. */
   resources?: () => PoolResources;
-  /** Only the leader reports SERVING (HA with leader election); default always. */
-  isLeader?: () => boolean;
   /** Whether discovery has synced; default: some endpoint has been scraped. */
   ready?: () => boolean;
-  /** How often readiness is re-evaluated; default 250 ms. */
-  readyPollMs?: number;
 }
 
-export interface EppHandle {
-  gateway: Gateway;
+/** What the ext_proc server serves: one pool, or several behind one server. */
+export interface EppBackend {
+  /** The streams' context (shuttingDown is the server's). */
+  readonly ctx: Omit<EppContext, "shuttingDown">;
+  /** Whether the data layer is ready (one of the conditions of SERVING). */
+  ready(): boolean;
+  /** A GET on the metrics port: /metrics and the read-only admin routes. */
+  metricsGet(req: IncomingMessage, res: ServerResponse): void;
+  /** The full admin API, listened on with --admin-port. */
+  readonly adminServer: HttpServer;
+  /** How long open streams may finish on drain. */
+  readonly drainTimeoutMs: number;
+  /** Starts scraping and discovery once the server listens. */
+  start(): void;
+  close(): Promise<void>;
+}
+
+export interface ExtProcHandle {
   grpc: { host: string; port: number; secure: boolean };
   healthPort: number;
   metrics: BoundAddress;
@@ -74,6 +107,10 @@ export interface EppHandle {
   drain(): Promise<void>;
   /** drain(), then stops everything. */
   close(): Promise<void>;
+}
+
+export interface EppHandle extends ExtProcHandle {
+  gateway: Gateway;
 }
 
 const SERVICES = ["", "readiness", EXT_PROC_SERVICE];
@@ -93,56 +130,79 @@ function bindGrpc(server: Server, host: string, port: number, creds: ServerCrede
 }
 
 /** The metrics port: GET routes of the admin API (/metrics, /endpoints, /config, /health) only. */
-function metricsServer(gw: Gateway): HttpServer {
-  return createServer((req, res) => {
-    if (req.method === "GET") return handleAdmin(gw, req, res);
-    req.resume();
-    sendError(
-      res,
-      new GatewayError(
-        405,
-        `${req.method} ${req.url} is not served on the metrics port; start kvgate epp with --admin-port for POST /explain and /reload`,
-        {
-          headers: { allow: "GET" },
-        },
-      ),
-    );
-  });
+function metricsGet(gw: Gateway, req: IncomingMessage, res: ServerResponse): void {
+  if (req.method === "GET") {
+    handleAdmin(gw, req, res);
+    return;
+  }
+  req.resume();
+  sendError(
+    res,
+    new GatewayError(
+      405,
+      `${req.method} ${req.url} is not served on the metrics port; start kvgate epp with --admin-port for POST /explain and /reload`,
+      {
+        headers: { allow: "GET" },
+      },
+    ),
+  );
+}
+
+/** One pool's Gateway as the ext_proc server's backend (InferenceObjectives and rewrites from `resources`). */
+async function singlePool(opts: EppOptions): Promise<EppBackend & { gw: Gateway }> {
+  const gw = await createGateway(opts, opts.source);
+  const tokens = new EppTokenMetrics(gw.metrics.registry);
+  const rng: Rng = createRng(opts.seed ?? 1);
+  const objectives = clusterObjectives(
+    () => gw.routing.objectives,
+    () => opts.resources?.().objectives,
+  );
+  return {
+    gw,
+    ctx: {
+      metrics: new EppStreamMetrics(gw.metrics.registry),
+      rng,
+      maxBodyBytes: gw.opts.maxBodyBytes,
+      strip: () => [],
+      target: (parsed) => {
+        const rewrites = opts.resources?.().rewrites ?? [];
+        const rewrite = rewrites.length
+          ? resolveModelRewrite(rewrites, parsed.model, () => rng.next())
+          : null;
+        return { gw, tokens, rewrite, objectives: objectives() };
+      },
+      anyReady: (subset) => randomReady([gw], subset, rng),
+      log: (line) => gw.log(line),
+    },
+    ready: () => (opts.ready ? opts.ready() : gw.data.store.all().some((r) => r.state.metrics !== null)),
+    metricsGet: (req, res) => metricsGet(gw, req, res),
+    adminServer: gw.adminServer,
+    drainTimeoutMs: gw.opts.drainTimeoutMs,
+    start: () => startDataLayer(gw),
+    close: () => gw.close(),
+  };
 }
 
 export async function startEpp(opts: EppOptions): Promise<EppHandle> {
+  const { backend, ...h } = await serveExtProc(opts, () => singlePool(opts));
+  return { ...h, gateway: backend.gw };
+}
+
+/** TLS, the backend, then the gRPC, health, metrics (and admin) listeners; rejects saying which flag to change. */
+export async function serveExtProc<B extends EppBackend>(
+  opts: EppServerOptions,
+  makeBackend: () => Promise<B>,
+): Promise<ExtProcHandle & { backend: B }> {
   const secure = opts.secureServing ?? true;
   let tls: TlsIdentity | null = null;
   if (secure) tls = opts.certPath !== undefined ? readTlsDir(opts.certPath) : await selfSigned();
   else if (opts.certPath !== undefined)
     throw new Error("--cert-path needs --secure-serving (it is the TLS certificate)");
-  const gw = await createGateway(opts, opts.source);
-  const metrics = new EppMetrics(gw.metrics.registry);
-  const rng = createRng(opts.seed ?? 1);
+  const backend = await makeBackend();
   let draining = false;
   let stopping = false;
   let active = 0;
-  const mergedCache = {
-    config: null as unknown,
-    k8s: null as unknown,
-    merged: undefined as ReadonlyMap<string, number> | undefined,
-  };
-  const ctx: EppContext = {
-    gw,
-    metrics,
-    rng,
-    rewrites: () => opts.resources?.().rewrites ?? [],
-    objectives: () => {
-      const k8s = opts.resources?.().objectives;
-      if (!k8s || k8s.size === 0) return undefined;
-      const config = gw.routing.objectives;
-      if (mergedCache.config !== config || mergedCache.k8s !== k8s)
-        // InferenceObjectives from the cluster win over same-named ones in the config.
-        Object.assign(mergedCache, { config, k8s, merged: new Map([...config, ...k8s]) });
-      return mergedCache.merged;
-    },
-    shuttingDown: () => stopping,
-  };
+  const ctx: EppContext = { ...backend.ctx, shuttingDown: () => stopping };
 
   const grpcOpts: Record<string, number> = {};
   if (opts.grpcMaxRecvMsgSize !== undefined)
@@ -189,18 +249,16 @@ export async function startEpp(opts: EppOptions): Promise<EppHandle> {
   const healthServer = new Server();
   health.addToServer(healthServer);
 
-  const dataReady = () =>
-    opts.ready ? opts.ready() : gw.data.store.all().some((r) => r.state.metrics !== null);
   let last: ServingStatus | null = null;
   const update = () => {
     const st: ServingStatus =
-      !draining && (opts.isLeader?.() ?? true) && dataReady() ? "SERVING" : "NOT_SERVING";
+      !draining && (opts.isLeader?.() ?? true) && backend.ready() ? "SERVING" : "NOT_SERVING";
     if (st === last) return;
     last = st;
     for (const svc of SERVICES) health.setStatus(svc, st);
   };
   const host = opts.grpcHost ?? "0.0.0.0";
-  const metricsSrv = metricsServer(gw);
+  const metricsSrv = createServer((req, res) => backend.metricsGet(req, res));
   let timer: NodeJS.Timeout | null = null;
   try {
     const creds = tls
@@ -223,11 +281,11 @@ export async function startEpp(opts: EppOptions): Promise<EppHandle> {
       host: "--metrics-host",
     });
     if (opts.adminPort !== undefined)
-      await listen(gw.adminServer, opts.adminPort, opts.adminHost ?? "127.0.0.1", {
+      await listen(backend.adminServer, opts.adminPort, opts.adminHost ?? "127.0.0.1", {
         port: "--admin-port",
         host: "--admin-host",
       });
-    startDataLayer(gw);
+    backend.start();
     update();
     timer = setInterval(update, opts.readyPollMs ?? 250);
     timer.unref();
@@ -237,7 +295,7 @@ export async function startEpp(opts: EppOptions): Promise<EppHandle> {
       drained ??= (async () => {
         draining = true;
         update();
-        const deadline = Date.now() + gw.opts.drainTimeoutMs;
+        const deadline = Date.now() + backend.drainTimeoutMs;
         while (active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
       })();
       return drained;
@@ -255,12 +313,12 @@ export async function startEpp(opts: EppOptions): Promise<EppHandle> {
           metricsSrv.close(() => r());
           metricsSrv.closeAllConnections();
         });
-        await gw.close();
+        await backend.close();
       })();
       return closed;
     };
     return {
-      gateway: gw,
+      backend,
       grpc: { host, port, secure: tls !== null },
       healthPort,
       metrics: metricsBound,
@@ -275,7 +333,7 @@ export async function startEpp(opts: EppOptions): Promise<EppHandle> {
     server.forceShutdown();
     healthServer.forceShutdown();
     metricsSrv.close();
-    await gw.close().catch(() => {});
+    await backend.close().catch(() => {});
     throw err;
   }
 }

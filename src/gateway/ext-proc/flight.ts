@@ -15,7 +15,7 @@ import { reportUsage } from "../flow-usage.ts";
 import type { Gateway } from "../gateway.ts";
 import { encodeSessionToken } from "../routing.ts";
 import { first, type Headers, setHeader, streamedBody } from "./messages.ts";
-import type { EppMetrics } from "./metrics.ts";
+import type { EppTokenMetrics } from "./metrics.ts";
 import { BodySendMode, type HeaderMutation, type ProcessingResponse } from "./proto.ts";
 import { ModelNameRestorer, UsageScanner } from "./response-body.ts";
 
@@ -27,7 +27,7 @@ export class Flight {
   streaming: boolean;
   readonly restorer: ModelNameRestorer | null;
   readonly #gw: Gateway;
-  readonly #metrics: EppMetrics;
+  readonly #metrics: EppTokenMetrics;
   readonly #t0: number;
   readonly #usage = new UsageScanner();
   #bytes = 0;
@@ -36,7 +36,7 @@ export class Flight {
   /** Seconds to the response's first byte, once it started. */
   #ttft: number | null = null;
 
-  constructor(gw: Gateway, metrics: EppMetrics, decision: Decision, t0: number) {
+  constructor(gw: Gateway, metrics: EppTokenMetrics, decision: Decision, t0: number) {
     this.#gw = gw;
     this.#metrics = metrics;
     this.decision = decision;

@@ -2,7 +2,8 @@
  * The ext_proc server's metrics beside the gateway's (same registry, same /metrics): llm-d's token
  * histograms (llm-d/llm-d-router@ebab6879 docs/metrics.md: `llm_d_epp_request_input_tokens`,
  * `llm_d_epp_request_output_tokens`, from the usage the response carries), and kvgate's count of
- * ext_proc streams by how they ended plus the streams open now.
+ * ext_proc streams by how they ended plus the streams open now. With several pools the stream
+ * families are the server's (the front's registry) and the token histograms each pool's.
  */
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
@@ -17,11 +18,10 @@ export type StreamOutcome =
   | "internal-error"
   | "passthrough";
 
-export class EppMetrics {
+/** ext_proc streams: how they ended, and how many are open. */
+export class EppStreamMetrics {
   readonly streams: Counter<"outcome">;
   readonly active: Gauge;
-  readonly inputTokens: Histogram<(typeof REQ_LABELS)[number]>;
-  readonly outputTokens: Histogram<(typeof REQ_LABELS)[number]>;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -36,6 +36,16 @@ export class EppMetrics {
       help: "ext_proc Process streams open now.",
       registers,
     });
+  }
+}
+
+/** Tokens per request, from the response's usage (one pool's). */
+export class EppTokenMetrics {
+  readonly inputTokens: Histogram<(typeof REQ_LABELS)[number]>;
+  readonly outputTokens: Histogram<(typeof REQ_LABELS)[number]>;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
     this.inputTokens = new Histogram({
       name: "llm_d_epp_request_input_tokens",
       help: "Prompt tokens per request, from the response's usage.",

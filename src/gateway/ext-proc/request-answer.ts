@@ -59,10 +59,12 @@ export function pickMutation(
   dest: readonly string[],
   extra: HeaderValueOption[],
   generatedRequestId: string | null,
+  strip: readonly string[] = [],
 ): HeaderMutation {
   const set = [setHeader(DESTINATION_HEADER, dest.join(",")), ...extra];
   if (generatedRequestId) set.push(setHeader("x-request-id", generatedRequestId));
-  return { set_headers: set, remove_headers: Object.keys(clientHeaders).filter(isControlHeader) };
+  const remove = Object.keys(clientHeaders).filter((k) => isControlHeader(k) || strip.includes(k));
+  return { set_headers: set, remove_headers: remove };
 }
 
 /**
@@ -93,11 +95,19 @@ export function answerRequest(
   return body ? [head, ...streamedBody("request_body", body, end)] : [head];
 }
 
-/** A ready endpoint at random (within the proxy's subset hint), or a 503 saying none is. */
-export function randomReady(gw: Gateway, subset: readonly string[] | null, rng: Rng): string | GatewayError {
-  const c = gw.data.store.candidates(null, monotonicSeconds());
+/** A ready endpoint of any of `pools` at random (within the proxy's subset hint), or a 503 saying none is. */
+export function randomReady(
+  pools: Iterable<Gateway>,
+  subset: readonly string[] | null,
+  rng: Rng,
+): string | GatewayError {
+  const now = monotonicSeconds();
   const hosts = subset ? new Set(subset.map(hostOf)) : null;
-  const eligible = c.ok ? (hosts ? c.candidates.filter((e) => hosts.has(hostOf(e.id))) : c.candidates) : [];
+  const eligible = [];
+  for (const gw of pools) {
+    const c = gw.data.store.candidates(null, now);
+    if (c.ok) eligible.push(...(hosts ? c.candidates.filter((e) => hosts.has(hostOf(e.id))) : c.candidates));
+  }
   if (eligible.length === 0)
     return new GatewayError(
       503,

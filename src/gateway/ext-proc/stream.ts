@@ -3,8 +3,9 @@
  * (llm-d/llm-d-router@ebab6879 `pkg/epp/handlers/server.go`, `request.go`, `response.go`):
  * request_headers (nothing sent yet, unless the request has no body) → request_body chunks,
  * kept as they arrive and decoded once at the first end_of_stream (later body messages ignored:
- * Envoy can repeat end_of_stream, gateway-api-inference-extension#2988) → the decision `kvgate serve`
- * makes (decide.ts) → a request_headers answer carrying the pick, then the body re-sent as
+ * Envoy can repeat end_of_stream, gateway-api-inference-extension#2988) → the pool the model goes
+ * to (the context's: the one pool, or with --pools the one serving the rewritten model) → the
+ * decision `kvgate serve` makes (decide.ts) → a request_headers answer carrying the pick, then the body re-sent as
  * streamed_response chunks → response headers, body and trailers observed and passed straight on.
  * Replies keep Envoy's order, headers → body → trailers; messages that arrive while a decision is
  * being made wait their turn. BUFFERED request bodies get one BodyResponse carrying the pick instead.
@@ -13,12 +14,12 @@
 import { randomUUID } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { status as GrpcStatus } from "@grpc/grpc-js";
-import type { ModelRewrite } from "../../datalayer/pool-resources.ts";
 import type { Rng } from "../../scheduler/rng.ts";
 import { type DecideResult, decide } from "../decide.ts";
 import { GatewayError } from "../errors.ts";
 import type { Gateway } from "../gateway.ts";
-import { type ApiRoute, routeOf } from "../request-body.ts";
+import type { RewriteDecision } from "../model-rewrite.ts";
+import { type ApiRoute, type ParsedRequest, parseRequestBody, routeOf } from "../request-body.ts";
 import { answerResponseBody, answerResponseHeaders, Flight } from "./flight.ts";
 import {
   first,
@@ -29,7 +30,7 @@ import {
   setHeader,
   subsetHint,
 } from "./messages.ts";
-import type { EppMetrics, StreamOutcome } from "./metrics.ts";
+import type { EppStreamMetrics, EppTokenMetrics, StreamOutcome } from "./metrics.ts";
 import {
   BodySendMode,
   type HeaderMutation,
@@ -39,16 +40,31 @@ import {
   type ProcessingRequest,
   type ProcessingResponse,
 } from "./proto.ts";
-import { answerRequest, BodyCollector, pickMutation, randomReady } from "./request-answer.ts";
+import { answerRequest, BodyCollector, pickMutation } from "./request-answer.ts";
+
+/** Where a decoded request goes: its pool's Gateway and what that pool decides with. */
+export interface EppTarget {
+  readonly gw: Gateway;
+  readonly tokens: EppTokenMetrics;
+  /** The InferenceModelRewrite applied to the body's model, if any. */
+  readonly rewrite: RewriteDecision | null;
+  /** InferenceObjective name → priority; undefined = the pool config's. */
+  readonly objectives: ReadonlyMap<string, number> | undefined;
+}
 
 /** What a stream needs from the server around it. */
 export interface EppContext {
-  readonly gw: Gateway;
-  readonly metrics: EppMetrics;
+  readonly metrics: EppStreamMetrics;
   readonly rng: Rng;
-  rewrites(): readonly ModelRewrite[];
-  objectives(): ReadonlyMap<string, number> | undefined;
+  readonly maxBodyBytes: number;
+  /** Request headers removed on the way to the replica besides the control headers (lower case). */
+  strip(): readonly string[];
+  /** The pool a decoded request goes to, or the error to answer (e.g. 404 for a model no pool serves). */
+  target(parsed: ParsedRequest, headers: Headers): EppTarget | GatewayError;
+  /** A ready endpoint for a request kvgate does not decode (no body, or a path it does not parse). */
+  anyReady(subset: readonly string[] | null): string | GatewayError;
   shuttingDown(): boolean;
+  log(line: string): void;
 }
 
 /** How a stream talks back: a message, a clean end, or an end with a gRPC error. */
@@ -189,7 +205,7 @@ export class ProcessStream {
     if (this.#phase !== "request-body") return; // after the first end_of_stream: ignored (GIE#2988)
     const chunk = b.body ?? EMPTY;
     if (chunk.length > 0) {
-      const limit = this.#ctx.gw.opts.maxBodyBytes;
+      const limit = this.#ctx.maxBodyBytes;
       if (this.#body.bytes + chunk.length > limit)
         return this.#reject(
           new GatewayError(413, `Request body too large: the limit is ${limit} bytes (--max-body-bytes)`),
@@ -221,20 +237,38 @@ export class ProcessStream {
       return;
     }
     const text = this.#body.text();
-    const ctx = this.#ctx;
-    decide(ctx.gw, this.#route, text, this.#headers as IncomingHttpHeaders, {
+    const chosen = this.#choose(this.#route, text);
+    if (chosen instanceof GatewayError) {
+      this.#reject(chosen);
+      this.#drain();
+      return;
+    }
+    const { parsed, target } = chosen;
+    decide(target.gw, this.#route, text, this.#headers as IncomingHttpHeaders, {
       subset: subsetHint(this.#meta),
-      rewrites: ctx.rewrites(),
-      rng: () => ctx.rng.next(),
-      objectives: ctx.objectives(),
+      pre: { parsed, rewrite: target.rewrite },
+      objectives: target.objectives,
       bodyBytes: this.#body.bytes,
       signal: this.#gone.signal,
     })
       .then(
-        (r) => this.#applyDecision(r, end),
+        (r) => this.#applyDecision(target, r, end),
         (err) => this.#internal(err),
       )
       .finally(() => this.#drain());
+  }
+
+  /** The body decoded, and the pool it goes to; a GatewayError for a bad body or an unserved model. */
+  #choose(route: ApiRoute, text: string): { parsed: ParsedRequest; target: EppTarget } | GatewayError {
+    let parsed: ParsedRequest;
+    try {
+      parsed = parseRequestBody(route, text);
+    } catch (err) {
+      if (err instanceof GatewayError) return err;
+      throw err;
+    }
+    const target = this.#ctx.target(parsed, this.#headers);
+    return target instanceof GatewayError ? target : { parsed, target };
   }
 
   #drain() {
@@ -255,13 +289,13 @@ export class ProcessStream {
     this.#phase = "request-done";
   }
 
-  #applyDecision(r: DecideResult, end: boolean) {
+  #applyDecision(target: EppTarget, r: DecideResult, end: boolean) {
     if (!r.ok) {
       if (this.#phase !== "closed") this.#reject(r.error);
       return;
     }
     const d = r.decision;
-    this.#flight = new Flight(this.#ctx.gw, this.#ctx.metrics, d, this.#t0);
+    this.#flight = new Flight(target.gw, target.tokens, d, this.#t0);
     if (this.#phase === "closed") return this.#flight.complete(false); // the stream went away meanwhile
     const dest = d.targets.slice(0, d.picked);
     const extra = [];
@@ -271,7 +305,7 @@ export class ProcessStream {
     if (d.prefillHost) extra.push(setHeader("x-prefiller-host-port", d.prefillHost));
     this.#answer(
       dest,
-      pickMutation(this.#headers, dest, extra, this.#requestId),
+      pickMutation(this.#headers, dest, extra, this.#requestId, this.#ctx.strip()),
       d.body ? [d.body] : this.#body.chunks,
       d.body,
       end,
@@ -280,11 +314,11 @@ export class ProcessStream {
 
   /** No body to decide on, or a path kvgate does not parse. */
   #passthrough(withBody: boolean, end: boolean) {
-    const pick = randomReady(this.#ctx.gw, subsetHint(this.#meta), this.#ctx.rng);
+    const pick = this.#ctx.anyReady(subsetHint(this.#meta));
     if (pick instanceof GatewayError) return this.#reject(pick);
     const extra =
       withBody && this.#body.bytes > 0 ? [setHeader("content-length", String(this.#body.bytes))] : [];
-    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId);
+    const mutation = pickMutation(this.#headers, [pick], extra, this.#requestId, this.#ctx.strip());
     this.#answer([pick], mutation, withBody ? this.#body.chunks : null, null, end);
   }
 
@@ -343,7 +377,7 @@ export class ProcessStream {
 
   #internal(err: unknown) {
     if (this.#phase === "closed") return;
-    this.#ctx.gw.log(`kvgate epp: internal error: ${(err as Error)?.stack ?? err}`);
+    this.#ctx.log(`kvgate epp: internal error: ${(err as Error)?.stack ?? err}`);
     if (this.#phase === "request-headers" || this.#phase === "request-body" || this.#phase === "deciding")
       return this.#reject(new GatewayError(500, "internal error in kvgate's endpoint picker; see its log"));
     this.#flight?.complete(false);

@@ -21,6 +21,13 @@ export class FrontMetrics {
     registers: [this.registry],
   });
 
+  readonly reloads = new Counter({
+    name: "kvgate_front_door_pools_reloads_total",
+    help: "Reloads of the pools file, by result (ok, or rejected: the previous pools kept).",
+    labelNames: ["result"] as const,
+    registers: [this.registry],
+  });
+
   /** Counts one rejection; `reason` is a short fixed word (never request data). */
   reject(status: number, reason: string): void {
     this.rejected.inc({ status: String(status), reason });

@@ -1,6 +1,7 @@
 /**
- * The pools file of `kvgate serve --pools`: several pools behind one front door. Each pool names its
- * endpoints (a list or a watched endpoints file, as --endpoints / --endpoints-file), its own
+ * The pools file of `kvgate serve --pools` and `kvgate epp --pools`: several pools behind one front.
+ * Each pool names its endpoints (a list or a watched endpoints file, as --endpoints / --endpoints-file,
+ * or a Kubernetes InferencePool discovered as `kvgate epp --pool-name` does), its own
  * EndpointPickerConfig (scheduler, saturation detector, flow control), optionally the models it
  * serves (otherwise learned from its replicas' /v1/models), and the file may carry
  * InferenceModelRewrite resources (llm-d.ai/v1alpha2) applied before the pool is chosen, plus an
@@ -26,13 +27,29 @@ const poolSchema = z
     name: z.string().regex(NAME, "a pool name is lower-case letters, digits and '-' (a DNS label)"),
     endpoints: z.union([z.string().min(1), z.array(z.string().min(1)).min(1)]).optional(),
     endpointsFile: z.string().min(1).optional(),
+    inferencePool: z
+      .object({
+        name: z.string().regex(NAME, "the InferencePool's metadata.name (a DNS label)"),
+        namespace: z.string().regex(NAME, "a namespace name (a DNS label)").optional(),
+        group: z
+          .enum(["inference.networking.k8s.io", "inference.networking.x-k8s.io"], {
+            message: "inference.networking.k8s.io (v1) or inference.networking.x-k8s.io (v1alpha2)",
+          })
+          .optional(),
+      })
+      .strict()
+      .optional(),
     config: z.string().min(1).optional(),
     models: z.array(z.string().min(1)).min(1).optional(),
   })
   .strict()
-  .refine((p) => (p.endpoints === undefined) !== (p.endpointsFile === undefined), {
-    message: "give exactly one of endpoints (host:port list) or endpointsFile (path)",
-  });
+  .refine(
+    (p) => [p.endpoints, p.endpointsFile, p.inferencePool].filter((x) => x !== undefined).length === 1,
+    {
+      message:
+        "give exactly one of endpoints (host:port list), endpointsFile (path) or inferencePool ({name, namespace?, group?})",
+    },
+  );
 
 const fileSchema = z
   .object({
@@ -57,6 +74,8 @@ export interface PoolDef {
   readonly endpoints?: string;
   /** Absolute path. */
   readonly endpointsFile?: string;
+  /** A Kubernetes InferencePool to discover (namespace default: $NAMESPACE, else "default"). */
+  readonly inferencePool?: { readonly name: string; readonly namespace?: string; readonly group?: string };
   /** Absolute path of the pool's EndpointPickerConfig; absent = built-in. */
   readonly configFile?: string;
   /** Declared models; null = learned from the replicas' /v1/models. */
@@ -159,6 +178,7 @@ export function parsePoolsFile(text: string, path: string, baseDir: string): Poo
       name: p.name,
       endpoints: typeof p.endpoints === "string" ? p.endpoints : p.endpoints?.join(","),
       endpointsFile: p.endpointsFile === undefined ? undefined : abs(p.endpointsFile),
+      inferencePool: p.inferencePool,
       configFile: p.config === undefined ? undefined : abs(p.config),
       models: p.models ?? null,
     });
