@@ -80,7 +80,8 @@ export function demoWorkloadSpec(o: Omit<DemoOptions, "log">): WorkloadSpec {
     seed: o.seed,
     numRequests: o.requests,
     options: { numGroups: o.users, outputLen: o.outputLen },
-    arrival: { type: "closed", users: o.users, thinkTime: 0 },
+    // Each user's first question is cold for any router; the steady state is what routing changes.
+    arrival: { type: "closed", users: o.users, thinkTime: 0, warmup: 1 },
   });
 }
 
@@ -302,8 +303,7 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     }
     file = writeOutputs(o, phases, predictions);
   }
-  if (phases.length === 2)
-    o.log(`\n${demoSummary(phases, predictions, workload, { timeScale: o.timeScale })}`);
+  if (phases.length === 2) o.log(`\n${demoSummary(phases, predictions, { timeScale: o.timeScale })}`);
   if (file) o.log(`results: ${resolve(o.json)}\nreport: ${resolve(o.report)}`);
   o.log(`wall time ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   return { phases, file };
