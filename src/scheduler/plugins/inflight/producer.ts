@@ -48,6 +48,8 @@ interface Entry {
   /** Uncached prompt tokens (no output estimate) and the pick time: a prefill-rate sample. */
   promptTokens: number;
   pickedAt: number;
+  /** The endpoint's simulated seconds per wall second when picked (1 for a real server). */
+  timeScale: number;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -135,7 +137,16 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(REQUESTS, id, 1);
       this.#counters.bump(TOKENS, id, tokens);
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
-      entries.push({ endpointId: id, profile, tokens, holdsRequest: true, promptTokens, pickedAt: now });
+      const timeScale = r.target.metrics?.simTimeScale ?? 1;
+      entries.push({
+        endpointId: id,
+        profile,
+        tokens,
+        holdsRequest: true,
+        promptTokens,
+        pickedAt: now,
+        timeScale,
+      });
       this.recentPicks.add(id, now, promptTokens);
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
@@ -145,10 +156,14 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     const entries = this.#records.get(req.requestId);
     if (entries === undefined) return;
     this.#reattribute(entries, endpointId);
-    // One entry, not a P/D prefill leg: its first token timed this endpoint's prefill.
+    // One entry, not a P/D prefill leg: its first token timed this endpoint's prefill. A simulated
+    // replica's prefill is learned in its own (simulated) seconds, the unit of maxTTFTPenaltyMs and of
+    // the hand-set peakPrefillThroughput: in wall seconds a replica at --time-scale N looks N× faster.
     const [only] = entries;
-    if (entries.length === 1 && only.profile !== PREFILL_PROFILE)
-      this.prefillRates.observe(only.endpointId, only.pickedAt, now, only.promptTokens);
+    if (entries.length === 1 && only.profile !== PREFILL_PROFILE) {
+      const s = only.timeScale;
+      this.prefillRates.observe(only.endpointId, only.pickedAt * s, now * s, only.promptTokens);
+    }
     for (const e of entries) {
       if (e.profile === PREFILL_PROFILE) this.#release(e, true);
       else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
