@@ -7,7 +7,7 @@
  * Series of several data-parallel engines (`engine` label) are summed; KV usage, a fraction, is
  * averaged over them instead.
  */
-import { extractLoraInfo, type LoraInfo } from "./lora-info.ts";
+import { extractLoraInfo, LORA_INFO_METRIC, type LoraInfo } from "./lora-info.ts";
 import { type PromFamilies, samplesOf } from "./prom-text.ts";
 
 export type EngineKind = "vllm" | "sglang";
@@ -91,6 +91,16 @@ const ENGINES: Record<EngineKind, EngineNames> = {
 
 /** Published by kvgate's simulated replicas only (src/sim/vllm-metrics.ts). */
 const SIM_TIME_SCALE = "kvgate:sim_time_scale";
+
+/** Every sample name extractMetrics reads: the scraper parses only these (parsePromText `keep`). */
+const EXTRACTED_SAMPLES: ReadonlySet<string> = new Set([
+  ...Object.values(ENGINES).flatMap((n) => [n.waiting, n.running, ...n.kv, n.cacheInfo]),
+  ...Object.values(COUNTERS).flat(),
+  LORA_INFO_METRIC,
+  SIM_TIME_SCALE,
+]);
+
+export const isExtractedSample = (name: string): boolean => EXTRACTED_SAMPLES.has(name);
 
 export class ExtractError extends Error {
   override name = "ExtractError";
