@@ -145,8 +145,8 @@ export function whereFrom(rr: RunResult, kv: RunResult): string {
     a !== null && b !== null && a > 0 ? `${mtok(a - b)} (${((1 - b / a) * 100).toFixed(0)}%) fewer` : "-";
   return (
     `where the gain comes from: prefix-cache hit rate ${pct(kv.prefix_cache_hit_rate)} vs ${pct(rr.prefix_cache_hit_rate)}, ` +
-    `so kvgate's replicas prefilled ${saved} prompt tokens (${mtok(b)} vs ${mtok(a)}); with that much less prefill queued ` +
-    `ahead of each request, TTFT p50 went ${fmt(rr.ttft_p50_s, 3)} -> ${fmt(kv.ttft_p50_s, 3)} s and TPOT p50 ` +
+    `so kvgate's replicas prefilled ${saved} prompt tokens (${mtok(b)} vs ${mtok(a)}); ` +
+    `TTFT p50 went ${fmt(rr.ttft_p50_s, 3)} -> ${fmt(kv.ttft_p50_s, 3)} s and TPOT p50 ` +
     `${fmt((rr.tpot_p50_s ?? Number.NaN) * 1000, 1)} -> ${fmt((kv.tpot_p50_s ?? Number.NaN) * 1000, 1)} ms (steps spent on decoding), ` +
     `and the run took ${fmt(kv.window_s, 1)} instead of ${fmt(rr.window_s, 1)} simulated s ` +
     `(${kv.completed} vs ${rr.completed} answers completed).`
