@@ -213,6 +213,24 @@ describe("runBench against fake servers", () => {
     assert.equal(r.records.length, 9);
   });
 
+  test("closed-loop warm-up: each user's first request is sent and recorded, but not measured", async () => {
+    const fake = await fakeServer();
+    const w = smoke(9, { arrival: { type: "closed", users: 3, warmup: 1 } });
+    const r = await runBench(w, { targets: [fake.url], metricsEndpoints: [] });
+    const first = new Set(w.requests.filter((spec) => !spec.after).map((spec) => spec.id));
+    assert.equal(first.size, 3);
+    assert.deepEqual(
+      r.records
+        .filter((x) => x.warmup)
+        .map((x) => x.id)
+        .sort(),
+      [...first].sort(),
+    );
+    const agg = aggregate(r.records);
+    assert.equal(agg.requests, 6, "the 3 warm-up requests are not in the measured figures");
+    assert.equal(agg.completed, 6);
+  });
+
   test("time scale: arrivals are placed in simulated seconds, reported in simulated seconds", async () => {
     const fake = await fakeServer();
     const w = smoke(3, { arrival: { type: "constant", rate: 0.1 } }); // 0, 10, 20 simulated s

@@ -53,6 +53,13 @@ test("extract: legacy gpu_cache_usage_perc fallback and SGLang names", () => {
   );
 });
 
+test("extract: a kvgate simulated replica's time scale is read; real servers have none", () => {
+  const base = "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n";
+  assert.equal(extractMetrics(fams(`${base}kvgate:sim_time_scale{model_name="q"} 2.5\n`)).simTimeScale, 2.5);
+  assert.equal(extractMetrics(fams(base)).simTimeScale, undefined);
+  assert.equal(extractMetrics(fams(`${base}kvgate:sim_time_scale 0\n`)).simTimeScale, undefined);
+});
+
 test("extract: vLLM's prefix-cache and generation counters are summed over engines, legacy names accepted", () => {
   const base = "vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.1\n";
   const m = extractMetrics(

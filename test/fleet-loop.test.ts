@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { resolve } from "node:path";
 import { describe, it } from "node:test";
+import { aggregate } from "../src/bench/metrics.ts";
 import { parseResultsFile } from "../src/bench/results.ts";
 import { generateWorkload } from "../src/bench/workloads/spec.ts";
 import { admissionFromConfig } from "../src/flow/admission.ts";
@@ -148,6 +149,23 @@ describe("fleet loop invariants", () => {
       assert.equal(r.chunkTimes.length, 0);
       assert.equal(completed.get(r.id), 1);
     }
+  });
+});
+
+describe("closed-loop warm-up", () => {
+  it("marks each user's first request warm-up, and the measured figures leave those out", async () => {
+    const sc = scenario();
+    const workload = generateWorkload({
+      ...sc.workload,
+      numRequests: 40,
+      arrival: { type: "closed", users: 10, warmup: 1 },
+    });
+    const { opts } = await run(sc, 0, { workload });
+    const res = runFleet(opts);
+    const warm = res.records.filter((r) => r.warmup);
+    const first = new Set(workload.requests.filter((r) => !r.after).map((r) => r.id));
+    assert.deepEqual(warm.map((r) => r.id).sort(), [...first].sort());
+    assert.equal(aggregate(res.records).requests, 30);
   });
 });
 

@@ -223,7 +223,7 @@ test("the demo's text summary prints the report's numbers", () => {
     { router: "round-robin" as const, ...rr, replicaLagMaxS: [0.01], wallSeconds: 1 },
     { router: "kvgate" as const, ...kv, replicaLagMaxS: [0.02], wallSeconds: 1 },
   ];
-  const text = demoSummary(phases, [], rr.workload, { timeScale: 2 });
+  const text = demoSummary(phases, [], { timeScale: 2 });
   const summary = mdTable(report([rr.run, kv.run]).markdown, "### demo.json");
   const row = (name: string) => {
     const line = text.split("\n").find((l) => l.startsWith(name));

@@ -27,12 +27,13 @@ async function warm(
   req: RequestFacts,
   only: EndpointState,
   t: number,
+  firstToken = 0.1,
 ) {
   const r = s.schedule(req, [only], t);
   assert.equal(r.target?.id, only.id);
   s.onPicked(req, r, t);
-  s.onResponseStarted(req, only.id, t + 0.1);
-  s.onResponseComplete(req, only.id, t + 0.2);
+  s.onResponseStarted(req, only.id, t + firstToken);
+  s.onResponseComplete(req, only.id, t + 2 * firstToken);
 }
 
 describe("default config", () => {
@@ -201,19 +202,21 @@ describe("affinity gate with a learned prefill rate", () => {
    * prompt's first token comes 0.05 s after its pick), then leaves ~15k uncached tokens queued on
    * it: 1.5 s at the configured rate (release), 0.4 s at the learned one (stay).
    */
-  async function run(learn: boolean) {
+  async function run(learn: boolean, o: { wallPerSimSecond?: number; announced?: number } = {}) {
     const { scheduler } = await createScheduler(gate(learn), { hasher: h, seed: 1 });
-    const a = endpoint("a:1");
+    // A replica at --time-scale N answers in 1/N of the wall time; it announces N unless told not to.
+    const a = endpoint("a:1", o.announced === undefined ? {} : { simTimeScale: o.announced });
+    const firstToken = 0.2 * (o.wallPerSimSecond ?? 1);
     let t = 0;
     for (let i = 0; i < 8; i++) {
       const req = completion(`cold${i}`, `${"x".repeat(4)}${i} ${"unique words here ".repeat(1800)}`);
       const r = scheduler.schedule(req, [a], t);
       scheduler.onPicked(req, r, t);
-      scheduler.onResponseStarted(req, "a:1", t + 0.2);
+      scheduler.onResponseStarted(req, "a:1", t + firstToken);
       scheduler.onResponseComplete(req, "a:1", t + 0.3);
       t += 1;
     }
-    await warm(scheduler, completion("w", `${DOC} first question?`), a, t);
+    await warm(scheduler, completion("w", `${DOC} first question?`), a, t, firstToken / 2);
     // Two long prompts queued on a:1, no first token yet.
     for (let i = 0; i < 2; i++) {
       const req = completion(`q${i}`, `${i} ${"queued prompt text ".repeat(1500)}`);
@@ -230,6 +233,19 @@ describe("affinity gate with a learned prefill rate", () => {
     const learned = view["inflight-load-producer"]?.learnedPrefillThroughput as number;
     assert.ok(learned > 30000 && learned < 60000, `learned ${learned}`);
     assert.equal(view["prefix-cache-affinity-filter"]?.peakPrefillThroughput, 10000);
+  });
+
+  it("learns a time-scaled simulated replica's rate in its simulated seconds", async () => {
+    const rate = (v: Record<string, Record<string, unknown>>) =>
+      v["inflight-load-producer"]?.learnedPrefillThroughput as number;
+    const real = rate((await run(true)).view);
+    // At 4x, first tokens come after 0.05 wall s: the same 0.2 simulated s, so the same rate.
+    const scaled = await run(true, { wallPerSimSecond: 0.25, announced: 4 });
+    assert.ok(Math.abs(rate(scaled.view) - real) / real < 1e-3, `${rate(scaled.view)} vs ${real}`);
+    assert.equal(scaled.target, "a:1");
+    // Read in wall seconds instead, the replica would look 4x faster than the hardware it models.
+    const unannounced = await run(true, { wallPerSimSecond: 0.25 });
+    assert.ok(Math.abs(rate(unannounced.view) / real - 4) < 1e-3, `${rate(unannounced.view)} vs ${real}`);
   });
 
   it("releases on the hand-set rate when learning is off (llm-d's behaviour)", async () => {

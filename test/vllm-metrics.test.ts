@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { extractMetrics, isExtractedSample } from "../src/datalayer/extract.ts";
 import { first, gauge, histogram, type PromFamilies, parsePromText } from "../src/datalayer/prom-text.ts";
 import { stepTime } from "../src/engine/profile.ts";
 import type { EngineStats } from "../src/engine/types.ts";
@@ -186,4 +187,24 @@ test("--legacy-metric-names adds the pre-0.10 names alongside the current ones",
   assert.equal(gauge(m, "vllm:gpu_prefix_cache_hits_total"), 32);
   assert.equal(gauge(m, "vllm:prefix_cache_hits_total"), 32);
   assert.equal(gauge(m, "vllm:gpu_cache_usage_perc"), gauge(m, "vllm:kv_cache_usage_perc"));
+});
+
+test("the gateway's scrape parses only the series it extracts, and extracts the same as a full parse", async (t) => {
+  const r = await startTestReplica({ servedModelName: "sim-model", timeScale: 4 });
+  t.after(() => r.close());
+  for (const n of [900, 40])
+    assert.equal((await postJson(`${r.url}/v1/completions`, { prompt: ids(n), max_tokens: 4 })).status, 200);
+  const text = await (await fetch(`${r.url}/metrics`)).text();
+  const full = parsePromText(text, { lenient: true });
+  const kept = parsePromText(text, { lenient: true, keep: isExtractedSample });
+  assert.deepEqual(extractMetrics(kept.families), extractMetrics(full.families));
+  assert.equal(extractMetrics(kept.families).simTimeScale, 4);
+  const count = (f: PromFamilies) => [...f.values()].reduce((a, x) => a + x.samples.length, 0);
+  // Histograms are most of a replica's series; none of them is parsed.
+  assert.equal(histogram(kept.families, "vllm:time_to_first_token_seconds"), undefined);
+  assert.ok(histogram(full.families, "vllm:time_to_first_token_seconds"));
+  assert.ok(
+    count(kept.families) * 5 < count(full.families),
+    `${count(kept.families)} of ${count(full.families)}`,
+  );
 });

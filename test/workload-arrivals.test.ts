@@ -2,6 +2,7 @@
 // the workload spec (presets, defaults, strict option checking).
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { DEMO_DEFAULTS, demoWorkloadSpec } from "../src/bench/demo.ts";
 import {
   applyArrivals,
   arrivalTimes,
@@ -120,6 +121,41 @@ describe("closed loop", () => {
       reqs.map((r) => r.turn),
       [1, 1, 1, 2, 2, 2, 3],
     );
+  });
+
+  test("warm-up: each user's first `warmup` requests are marked, the rest are not", () => {
+    const plan = planArrivals({ type: "closed", users: 3, warmup: 2 }, 8, 1);
+    const units = Array.from({ length: 8 }, (_, i) => [
+      { kind: "completion" as const, prompt: `p${i}`, promptTokensApprox: 1, maxTokens: 1 },
+    ]);
+    const reqs = applyArrivals(units, plan);
+    assert.deepEqual(
+      reqs.map((r) => [r.turn, r.warmup === true]),
+      [
+        [1, true],
+        [1, true],
+        [1, true],
+        [2, true],
+        [2, true],
+        [2, true],
+        [3, false],
+        [3, false],
+      ],
+    );
+    const none = applyArrivals(units, planArrivals({ type: "closed", users: 3 }, 8, 1));
+    assert.ok(none.every((r) => r.warmup === undefined));
+    assert.throws(() => planArrivals({ type: "closed", users: 3, warmup: 1.5 }, 8, 1), /closed.warmup/);
+    assert.throws(() =>
+      resolveWorkloadSpec({ preset: "tutorial", arrival: { type: "closed", users: 3, warmup: -1 } }),
+    );
+  });
+
+  test("the demo's workload: the tutorial with each user's first (cold) question as warm-up", () => {
+    const w = generateWorkload(demoWorkloadSpec(DEMO_DEFAULTS));
+    const warm = w.requests.filter((r) => r.warmup);
+    assert.equal(warm.length, DEMO_DEFAULTS.users);
+    assert.ok(warm.every((r) => r.turn === 1 && !r.after));
+    assert.equal(new Set(warm.map((r) => r.groupId)).size, DEMO_DEFAULTS.users);
   });
 
   test("tutorial preset: 150 users, user u always sends group u", () => {

@@ -17,7 +17,7 @@ import { resolveModel } from "./model-list.ts";
 import type { FleetResult } from "./results.ts";
 import { ArrivalScheduler } from "./schedule.ts";
 import { distributeTokens, interpretPayload, SseSplitter, type Usage } from "./sse.ts";
-import type { RequestSpec, Workload } from "./workloads/types.ts";
+import { isWarmup, type RequestSpec, type Workload } from "./workloads/types.ts";
 
 export interface DriverProgress {
   /** Workload seconds since the start. */
@@ -191,7 +191,7 @@ export async function runBench(workload: Workload, opts: DriverOptions): Promise
       const rec: RequestRecord = {
         id: spec.id,
         ...(spec.stage !== undefined ? { stage: spec.stage } : {}),
-        ...(spec.stage !== undefined && workload.stages[spec.stage]?.warmup ? { warmup: true } : {}),
+        ...(isWarmup(spec, workload) ? { warmup: true } : {}),
         start: now(),
         end: 0,
         chunkTimes: [],

@@ -1,6 +1,6 @@
 /**
  * The `kvgate` command line: builds the commander program and registers each command from its own
- * file (sim-replica here; serve, epp, pd-sidecar, bench, demo and simulate register the same way). Usage errors exit
+ * file, loading only the one the command line names. Usage errors exit
  * with code 2 and a message naming the flag; any other error exits 1 with its message, never a stack.
  * `--version` prints package.json's version.
  */
@@ -8,20 +8,34 @@ import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError } from "commander";
 import { KVGATE_VERSION } from "../bench/version.ts";
-import { registerBench } from "./bench.ts";
-import { registerDemo } from "./demo.ts";
-import { registerEpp } from "./epp.ts";
-import { registerPdSidecar } from "./pd-sidecar.ts";
-import { registerReport } from "./report.ts";
-import { registerServe } from "./serve.ts";
-import { registerSimFleet } from "./sim-fleet.ts";
-import { expandVllmShortFlags, registerSimReplica } from "./sim-replica.ts";
-import { registerSimulate } from "./simulate.ts";
+import { expandVllmShortFlags } from "./sim-replica.ts";
 
 /** Exit code for bad flags and usage errors. */
 export const USAGE_EXIT_CODE = 2;
 
-export function buildProgram(): Command {
+type Register = (program: Command) => unknown;
+
+/**
+ * Each command's module, loaded only when needed: a simulated replica should not compile the
+ * gateway, gRPC and Kubernetes clients it never uses (8 replicas start on a 2-core demo machine).
+ */
+const COMMANDS: ReadonlyArray<readonly [string, () => Promise<Register>]> = [
+  ["sim-replica", async () => (await import("./sim-replica.ts")).registerSimReplica],
+  ["sim-fleet", async () => (await import("./sim-fleet.ts")).registerSimFleet],
+  ["serve", async () => (await import("./serve.ts")).registerServe],
+  ["epp", async () => (await import("./epp.ts")).registerEpp],
+  ["pd-sidecar", async () => (await import("./pd-sidecar.ts")).registerPdSidecar],
+  ["bench", async () => (await import("./bench.ts")).registerBench],
+  ["demo", async () => (await import("./demo.ts")).registerDemo],
+  ["report", async () => (await import("./report.ts")).registerReport],
+  ["simulate", async () => (await import("./simulate.ts")).registerSimulate],
+];
+
+/**
+ * The program with the command `argv` names registered, or every command when it names none of
+ * them (help, --version, a typo: commander then lists or suggests among all of them).
+ */
+export async function buildProgram(argv: readonly string[] = []): Promise<Command> {
   const program = new Command("kvgate")
     .description("An LLM-aware inference gateway for vLLM replicas, with a simulated replica for testing.")
     .version(KVGATE_VERSION, "-V, --version", "print kvgate's version and exit")
@@ -29,23 +43,17 @@ export function buildProgram(): Command {
     .exitOverride((err: CommanderError) => {
       throw err;
     });
-  registerSimReplica(program);
-  registerSimFleet(program);
-  registerServe(program);
-  registerEpp(program);
-  registerPdSidecar(program);
-  registerBench(program);
-  registerDemo(program);
-  registerReport(program);
-  registerSimulate(program);
+  const named = COMMANDS.filter(([name]) => name === argv[2]);
+  for (const [, load] of named.length ? named : COMMANDS) (await load())(program);
   return program;
 }
 
 /** Runs the CLI; resolves when the command's action has finished (servers keep the process alive). */
 export async function main(argv: string[] = process.argv): Promise<void> {
-  const program = buildProgram();
   try {
-    await program.parseAsync(expandVllmShortFlags(argv));
+    const args = expandVllmShortFlags(argv);
+    const program = await buildProgram(args);
+    await program.parseAsync(args);
   } catch (err) {
     if (err instanceof CommanderError) process.exit(err.exitCode === 0 ? 0 : USAGE_EXIT_CODE);
     console.error(`kvgate: ${(err as Error).message ?? err}`);

@@ -154,6 +154,7 @@ export class Datastore {
       ...(m.cacheBlockSize !== undefined ? { cacheBlockSize: m.cacheBlockSize } : {}),
       ...(m.cacheNumBlocks !== undefined ? { cacheNumBlocks: m.cacheNumBlocks } : {}),
       ...(m.cacheNumCpuBlocks !== undefined ? { cacheNumCpuBlocks: m.cacheNumCpuBlocks } : {}),
+      ...(m.simTimeScale !== undefined ? { simTimeScale: m.simTimeScale } : {}),
       ...(m.lora !== undefined
         ? {
             activeModels: m.lora.running,

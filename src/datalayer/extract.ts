@@ -7,7 +7,7 @@
  * Series of several data-parallel engines (`engine` label) are summed; KV usage, a fraction, is
  * averaged over them instead.
  */
-import { extractLoraInfo, type LoraInfo } from "./lora-info.ts";
+import { extractLoraInfo, LORA_INFO_METRIC, type LoraInfo } from "./lora-info.ts";
 import { type PromFamilies, samplesOf } from "./prom-text.ts";
 
 export type EngineKind = "vllm" | "sglang";
@@ -28,6 +28,8 @@ export interface ExtractedMetrics {
   counters?: EngineCounters;
   /** vllm:lora_requests_info's latest series (lora-info.ts), when the replica runs with --enable-lora. */
   lora?: LoraInfo;
+  /** kvgate:sim_time_scale: a kvgate simulated replica's simulated seconds per wall second. */
+  simTimeScale?: number;
 }
 
 /** Cumulative counters of a vLLM replica, summed over engines (vLLM v0.26.0 `vllm/v1/metrics/loggers.py`). */
@@ -86,6 +88,19 @@ const ENGINES: Record<EngineKind, EngineNames> = {
     numBlocksLabel: "num_pages",
   },
 };
+
+/** Published by kvgate's simulated replicas only (src/sim/vllm-metrics.ts). */
+const SIM_TIME_SCALE = "kvgate:sim_time_scale";
+
+/** Every sample name extractMetrics reads: the scraper parses only these (parsePromText `keep`). */
+const EXTRACTED_SAMPLES: ReadonlySet<string> = new Set([
+  ...Object.values(ENGINES).flatMap((n) => [n.waiting, n.running, ...n.kv, n.cacheInfo]),
+  ...Object.values(COUNTERS).flat(),
+  LORA_INFO_METRIC,
+  SIM_TIME_SCALE,
+]);
+
+export const isExtractedSample = (name: string): boolean => EXTRACTED_SAMPLES.has(name);
 
 export class ExtractError extends Error {
   override name = "ExtractError";
@@ -168,5 +183,7 @@ export function extractMetrics(families: PromFamilies): ExtractedMetrics {
     const lora = extractLoraInfo(families);
     if (lora) out.lora = lora;
   }
+  const scale = samplesOf(families, SIM_TIME_SCALE)[0]?.value;
+  if (scale !== undefined && Number.isFinite(scale) && scale > 0) out.simTimeScale = scale;
   return out;
 }

@@ -36,6 +36,12 @@ export class LineScanner {
   skipSpaces(): void {
     while (this.pos < this.end && isSpace(this.s.charCodeAt(this.pos))) this.pos++;
   }
+  /** The metric name at the current position, without moving ("" when none starts here). */
+  peekName(): string {
+    let i = this.pos;
+    while (i < this.end && isNameChar(this.s.charCodeAt(i))) i++;
+    return i > this.pos && isNameStart(this.s.charCodeAt(this.pos)) ? this.s.slice(this.pos, i) : "";
+  }
 
   /** `# HELP name text` / `# TYPE name type`; other comments give null. */
   comment(): { kind: "HELP" | "TYPE"; name: string; text: string } | null {

@@ -8,7 +8,7 @@ import { Pool } from "undici";
 import type { Datastore, ModelCard } from "./datastore.ts";
 import { monotonicSeconds } from "./datastore.ts";
 import type { EndpointSpec } from "./endpoints.ts";
-import { ExtractError, extractMetrics } from "./extract.ts";
+import { ExtractError, extractMetrics, isExtractedSample } from "./extract.ts";
 import { parsePromText } from "./prom-text.ts";
 
 export interface ScraperOptions {
@@ -142,7 +142,7 @@ export class Scraper {
     }
     if (t.stopped) return false;
     try {
-      const parsed = parsePromText(text, { lenient: true });
+      const parsed = parsePromText(text, { lenient: true, keep: isExtractedSample });
       const m = extractMetrics(parsed.families);
       this.#store.recordScrapeSuccess(t.spec.id, m, started, this.#clock());
       return true;

@@ -31,6 +31,11 @@ export interface EndpointMetrics {
   waitingModels?: readonly string[];
   /** Adapters one batch may use (max_lora, vLLM --max-loras; llm-d MaxActiveModels). */
   maxActiveModels?: number;
+  /**
+   * Simulated seconds per wall second of a kvgate simulated replica (kvgate:sim_time_scale); absent
+   * for real servers. Durations measured against it are multiplied by it to be in the replica's time.
+   */
+  simTimeScale?: number;
   /** When these values were scraped: seconds, same clock as `now`. */
   updateTime: number;
 }

@@ -20,7 +20,14 @@ export type ArrivalSpec =
   | { type: "constant"; rate: number }
   | { type: "poisson"; rate: number }
   | { type: "gamma"; rate: number; burstiness: number }
-  | { type: "closed"; users: number; thinkTime?: number; rampUp?: number }
+  | {
+      type: "closed";
+      users: number;
+      thinkTime?: number;
+      rampUp?: number;
+      /** Each user's first `warmup` requests are sent but not measured (their prefixes are cold). */
+      warmup?: number;
+    }
   | {
       type: "stages";
       process?: RateProcess;
@@ -86,7 +93,7 @@ export interface ArrivalPlan {
   slots: Array<{ time: number; stage?: number }>;
   stages: StageInfo[];
   stageBarrier?: { interval: number };
-  closed?: { users: number; thinkTime: number; rampUp: number };
+  closed?: { users: number; thinkTime: number; rampUp: number; warmup: number };
   /** Number of units the generator must produce. */
   units: number;
 }
@@ -139,7 +146,15 @@ export function planArrivals(spec: ArrivalSpec, numUnits: number | undefined, se
     const rampUp = spec.rampUp ?? 0;
     checkPositive("closed.thinkTime", thinkTime, true);
     checkPositive("closed.rampUp", rampUp, true);
-    return { slots: [], stages: [], units: numUnits, closed: { users: spec.users, thinkTime, rampUp } };
+    const warmup = spec.warmup ?? 0;
+    if (!Number.isInteger(warmup) || warmup < 0)
+      throw new RangeError(`closed.warmup must be a whole number of requests per user ≥ 0, got ${warmup}`);
+    return {
+      slots: [],
+      stages: [],
+      units: numUnits,
+      closed: { users: spec.users, thinkTime, rampUp, warmup },
+    };
   }
   const burstiness = spec.type === "gamma" ? spec.burstiness : 1;
   const times = arrivalTimes(rng, spec.type, spec.rate, numUnits, { burstiness });
@@ -153,7 +168,8 @@ export type RequestBody = Omit<RequestSpec, "id" | "arrivalTime" | "after" | "st
  * Places units in time and numbers the requests. Within a unit, each request after the first
  * starts `intraDelay` seconds after the previous one finishes. Closed loop: unit i belongs to user
  * i mod users, whose first request starts at rampUp·u/users and whose every later request starts
- * thinkTime after the user's previous request finishes.
+ * thinkTime after the user's previous request finishes; each user's first `warmup` requests are
+ * marked warm-up.
  */
 export function applyArrivals(units: RequestBody[][], plan: ArrivalPlan, intraDelay = 0): RequestSpec[] {
   const out: RequestSpec[] = [];
@@ -163,7 +179,7 @@ export function applyArrivals(units: RequestBody[][], plan: ArrivalPlan, intraDe
     return out[out.length - 1];
   };
   if (plan.closed) {
-    const { users, thinkTime, rampUp } = plan.closed;
+    const { users, thinkTime, rampUp, warmup } = plan.closed;
     const last = new Array<RequestSpec | undefined>(users);
     const turnOf = new Array<number>(users).fill(0);
     for (const [i, unit] of units.entries()) {
@@ -176,6 +192,7 @@ export function applyArrivals(units: RequestBody[][], plan: ArrivalPlan, intraDe
           : add(body, { arrivalTime: (rampUp * u) / users });
         turnOf[u]++;
         if (spec.turn === undefined) spec.turn = turnOf[u];
+        if (turnOf[u] <= warmup) spec.warmup = true;
         last[u] = spec;
       }
     }

@@ -99,6 +99,7 @@ export const ArrivalSchema = z.discriminatedUnion("type", [
     users: z.number().int().positive(),
     thinkTime: nonneg.optional(),
     rampUp: nonneg.optional(),
+    warmup: z.number().int().nonnegative().optional(),
   }),
   z.strictObject({
     type: z.literal("stages"),

@@ -42,6 +42,11 @@ export interface RequestSpec {
   turn?: number;
   /** Index into Workload.stages. */
   stage?: number;
+  /**
+   * Sent but not measured: a closed-loop user's first requests (arrival `warmup`), whose prefixes
+   * no router can have cached. Requests of a warm-up stage are warm-up too (isWarmup).
+   */
+  warmup?: boolean;
   /** The region the request enters at (the fleet simulator's locality section). */
   origin?: string;
   /** Who sends it and what it is promised (a `mix` workload's stream; mix.ts): sent as headers. */
@@ -87,4 +92,9 @@ export interface Workload {
   stageBarrier?: { interval: number };
   /** Human-readable notes (interpretation of a preset, fleet it was designed for). */
   notes?: string[];
+}
+
+/** Whether `spec` is warm-up: marked itself, or in a warm-up stage. Its record is not measured. */
+export function isWarmup(spec: RequestSpec, workload: Pick<Workload, "stages">): boolean {
+  return spec.warmup === true || (spec.stage !== undefined && workload.stages[spec.stage]?.warmup === true);
 }

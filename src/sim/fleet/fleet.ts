@@ -28,7 +28,7 @@
 import type { RequestRecord } from "../../bench/metrics.ts";
 import type { FleetResult } from "../../bench/results.ts";
 import { ArrivalScheduler } from "../../bench/schedule.ts";
-import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
+import { isWarmup, type RequestSpec, type Workload } from "../../bench/workloads/types.ts";
 import { EngineInputError } from "../../engine/engine.ts";
 import { PromptHashMemo } from "../../engine/fast-block-hash.ts";
 import type { RequestRecord as EngineRecord, StepResult } from "../../engine/types.ts";
@@ -296,7 +296,7 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
     records[i] = {
       id: spec.id,
       ...(spec.stage !== undefined ? { stage: spec.stage } : {}),
-      ...(spec.stage !== undefined && workload.stages[spec.stage]?.warmup ? { warmup: true } : {}),
+      ...(isWarmup(spec, workload) ? { warmup: true } : {}),
       start: now,
       end: now,
       chunkTimes: EMPTY_TIMES,

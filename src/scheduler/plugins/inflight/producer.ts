@@ -52,6 +52,8 @@ interface Entry {
   pickedAt: number;
   /** Whole prompt tokens held in the endpoint's context until the end (0 on a P/D prefill leg). */
   context: number;
+  /** The endpoint's simulated seconds per wall second when picked (1 for a real server). */
+  timeScale: number;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -142,6 +144,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       const promptTokens = Math.max(0, tokens - view.outputEstimate);
       const context = profile === PREFILL_PROFILE ? 0 : input;
       if (context > 0) this.#counters.bump(CONTEXT, id, context);
+      const timeScale = r.target.metrics?.simTimeScale ?? 1;
       entries.push({
         endpointId: id,
         profile,
@@ -150,6 +153,7 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
         promptTokens,
         pickedAt: now,
         context,
+        timeScale,
       });
       this.recentPicks.add(id, now, promptTokens);
     }
@@ -160,10 +164,14 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     const entries = this.#records.get(req.requestId);
     if (entries === undefined) return;
     this.#reattribute(entries, endpointId);
-    // One entry, not a P/D prefill leg: its first token timed this endpoint's prefill.
+    // One entry, not a P/D prefill leg: its first token timed this endpoint's prefill. A simulated
+    // replica's prefill is learned in its own (simulated) seconds, the unit of maxTTFTPenaltyMs and of
+    // the hand-set peakPrefillThroughput: in wall seconds a replica at --time-scale N looks N× faster.
     const [only] = entries;
-    if (entries.length === 1 && only.profile !== PREFILL_PROFILE)
-      this.prefillRates.observe(only.endpointId, only.pickedAt, now, only.promptTokens);
+    if (entries.length === 1 && only.profile !== PREFILL_PROFILE) {
+      const s = only.timeScale;
+      this.prefillRates.observe(only.endpointId, only.pickedAt * s, now * s, only.promptTokens);
+    }
     for (const e of entries) {
       if (e.profile === PREFILL_PROFILE) this.#release(e, true);
       else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
