@@ -49,6 +49,12 @@ export function uncachedPromptTokens(run: RunResult): number | null {
 const ratio = (x: number | null | undefined, y: number | null | undefined) =>
   x && y ? `${(x / y).toFixed(2)}x` : "-";
 
+/** "N.NNx better" when kvgate's latency `kv` is below round-robin's `rr`, else "N.NNx worse" (never "0.53x better"). */
+export function latencyVerdict(rr: number | null | undefined, kv: number | null | undefined): string {
+  if (!rr || !kv) return "-";
+  return rr >= kv ? `${(rr / kv).toFixed(2)}x better` : `${(kv / rr).toFixed(2)}x worse`;
+}
+
 /** Relative difference of live from simulated, e.g. "+3.1%". */
 export function relDiff(live: number | null, sim: number | null): number | null {
   return live === null || sim === null || sim === 0 ? null : (live - sim) / sim;
@@ -110,7 +116,7 @@ export function demoSummary(phases: DemoPhase[], predictions: Side[], o: { timeS
   ];
   const gain = (a: Side, b: Side) =>
     `output tokens/s ${ratio(b.run.output_tokens_per_s, a.run.output_tokens_per_s)}, ` +
-    `TTFT p90 ${ratio(a.run.ttft_p90_s, b.run.ttft_p90_s)} better ` +
+    `TTFT p90 ${latencyVerdict(a.run.ttft_p90_s, b.run.ttft_p90_s)} ` +
     `(warm-up TTFT p90: ${fmt(warmupTtftP90(a), 3)} vs ${fmt(warmupTtftP90(b), 3)} s)`;
   lines.push(`kvgate vs round-robin, live:      ${gain(rr, kv)}`);
   if (sim) lines.push(`kvgate vs round-robin, simulated: ${gain(srr, skv)}`);
