@@ -311,6 +311,7 @@ class Counters {
   readonly requests = new Map<string, number>();
   readonly tokens = new Map<string, number>();
   readonly context = new Map<string, number>();
+  readonly #maps = [this.requests, this.tokens, this.context] as const;
   #positions: EndpointPositions | null = null;
   #version = -1;
   readonly #at: [Float64Array, Float64Array, Float64Array] = [
@@ -349,7 +350,7 @@ class Counters {
   /** Adds `delta`, flooring at 0 (zero entries are dropped from the map). */
   bump(which: Counter, id: string, delta: number): void {
     if (delta === 0) return;
-    const m = which === REQUESTS ? this.requests : which === TOKENS ? this.tokens : this.context;
+    const m = this.#maps[which];
     const v = (m.get(id) ?? 0) + delta;
     if (v > 0) m.set(id, v);
     else m.delete(id);
@@ -361,9 +362,7 @@ class Counters {
   }
 
   retain(pool: ReadonlySet<string>): void {
-    for (const id of [...this.requests.keys()]) if (!pool.has(id)) this.requests.delete(id);
-    for (const id of [...this.tokens.keys()]) if (!pool.has(id)) this.tokens.delete(id);
-    for (const id of [...this.context.keys()]) if (!pool.has(id)) this.context.delete(id);
+    for (const m of this.#maps) for (const id of [...m.keys()]) if (!pool.has(id)) m.delete(id);
     this.#positions = null;
   }
 }

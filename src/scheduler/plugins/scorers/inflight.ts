@@ -79,17 +79,20 @@ export class ActiveRequestScorer extends InflightScorer {
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const counts = requestCounts(cycle, endpoints, this.info(cycle), this.out.get(endpoints.length));
-    const idle = this.params.idleThreshold;
-    const busy = this.params.maxBusyScore;
-    const n = counts.length;
-    let max = 0;
-    for (let i = 0; i < n; i++) if (counts[i] > max) max = counts[i];
-    for (let i = 0; i < n; i++) {
-      const c = counts[i];
-      counts[i] = c <= idle ? 1 : ((max - c) / max) * busy;
-    }
-    return counts;
+    return relativeLoad(counts, this.params.idleThreshold, this.params.maxBusyScore);
   }
+}
+
+/** In place: load ≤ idle → 1, else (max − load) / max × busy — active-request-scorer's shape. */
+function relativeLoad(loads: Float64Array, idle: number, busy: number): Float64Array {
+  const n = loads.length;
+  let max = 0;
+  for (let i = 0; i < n; i++) if (loads[i] > max) max = loads[i];
+  for (let i = 0; i < n; i++) {
+    const c = loads[i];
+    loads[i] = c <= idle ? 1 : ((max - c) / max) * busy;
+  }
+  return loads;
 }
 
 export const tokenLoadParams = z.strictObject({
@@ -164,15 +167,11 @@ export class DecodeLoadScorer extends InflightScorer {
     const per = this.params.requestTokens;
     const n = loads.length;
     const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
-    let max = 0;
     for (let i = 0; i < n; i++) {
       const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
-      const l = loads[i] * per + context;
-      loads[i] = l;
-      if (l > max) max = l;
+      loads[i] = loads[i] * per + context;
     }
-    for (let i = 0; i < n; i++) loads[i] = loads[i] <= 0 ? 1 : (max - loads[i]) / max;
-    return loads;
+    return relativeLoad(loads, 0, 1);
   }
 }
 
