@@ -14,27 +14,17 @@ import { modelList, startFake, vllmMetrics, waitFor } from "./helpers/gateway-fa
 import { LOCAL_EPP } from "./helpers/local-epp.ts";
 import {
   type Json,
+  poolServed,
   postJson,
-  requestsServed,
+  replicaId,
+  SPLIT_CHAT_REWRITES,
   startTestReplica,
   type TestReplica,
 } from "./helpers/replica.ts";
 
-const served = requestsServed;
-const id = (r: { port: number }) => `127.0.0.1:${r.port}`;
-const sum = (rs: TestReplica[]) => rs.reduce((a, r) => a + served(r), 0);
-
-const REWRITES = `
-- apiVersion: llm-d.ai/v1alpha2
-  kind: InferenceModelRewrite
-  metadata: { name: split-chat }
-  spec:
-    rules:
-      - matches: [{ model: { value: chat } }]
-        targets:
-          - { modelRewrite: alpha, weight: 70 }
-          - { modelRewrite: beta, weight: 30 }
-`;
+const id = replicaId;
+const sum = poolServed;
+const REWRITES = SPLIT_CHAT_REWRITES;
 
 let poolA: TestReplica[] = [];
 let poolB: TestReplica[] = [];

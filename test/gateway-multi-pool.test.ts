@@ -8,24 +8,19 @@ import { after, before, test } from "node:test";
 import { type MultiPoolHandle, startMultiPool } from "../src/gateway/multi-pool/front.ts";
 import { parsePoolsFile } from "../src/gateway/multi-pool/pools-file.ts";
 import { waitFor } from "./helpers/gateway-fakes.ts";
-import { type Json, postJson, startTestReplica, type TestReplica } from "./helpers/replica.ts";
+import {
+  type Json,
+  poolServed,
+  postJson,
+  replicaId,
+  SPLIT_CHAT_REWRITES,
+  startTestReplica,
+  type TestReplica,
+} from "./helpers/replica.ts";
 
-const served = (r: TestReplica) =>
-  Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
-const id = (r: TestReplica) => `127.0.0.1:${r.port}`;
-const sum = (rs: TestReplica[]) => rs.reduce((a, r) => a + served(r), 0);
-
-const REWRITES = `
-- apiVersion: llm-d.ai/v1alpha2
-  kind: InferenceModelRewrite
-  metadata: { name: split-chat }
-  spec:
-    rules:
-      - matches: [{ model: { value: chat } }]
-        targets:
-          - { modelRewrite: alpha, weight: 70 }
-          - { modelRewrite: beta, weight: 30 }
-`;
+const id = replicaId;
+const sum = poolServed;
+const REWRITES = SPLIT_CHAT_REWRITES;
 
 let poolA: TestReplica[] = [];
 let poolB: TestReplica[] = [];

@@ -39,6 +39,26 @@ export interface TestReplica {
 export const requestsServed = (r: TestReplica): number =>
   Object.values(r.server.engine.stats().requestSuccess).reduce((a, b) => a + b, 0);
 
+/** Requests served by a group of replicas (a pool). */
+export const poolServed = (rs: readonly TestReplica[]): number =>
+  rs.reduce((a, r) => a + requestsServed(r), 0);
+
+/** A replica's endpoint id, host:port. */
+export const replicaId = (r: { port: number }): string => `127.0.0.1:${r.port}`;
+
+/** The multi-pool tests' InferenceModelRewrite: model `chat` split 70/30 between `alpha` and `beta`. */
+export const SPLIT_CHAT_REWRITES = `
+- apiVersion: llm-d.ai/v1alpha2
+  kind: InferenceModelRewrite
+  metadata: { name: split-chat }
+  spec:
+    rules:
+      - matches: [{ model: { value: chat } }]
+        targets:
+          - { modelRewrite: alpha, weight: 70 }
+          - { modelRewrite: beta, weight: 30 }
+`;
+
 /**
  * Starts a replica in this process. Override anything in `settings`; defaults are
  * TEST_REPLICA_DEFAULTS. Always `await replica.close()` (e.g. in `after` / `t.after`).
