@@ -92,7 +92,9 @@ async function main(): Promise<void> {
       throw new Error(`--configs: unknown "${c}"; use ${FLOW_CONFIGS.join(",")}`);
   const quick = args.quick === true;
   const noisy: NoisyOptions = {
-    aRequests: quick ? 40 : 80,
+    // A's flood must outlast B's schedule (bRequests × bIntervalS simulated s) under every config,
+    // or B's last requests meet no flood: 140 × 2,400 tokens take ~12 s with flow control off.
+    aRequests: quick ? 70 : 140,
     aPromptTokens: 2400,
     aMaxTokens: [16, 112],
     bRequests: quick ? 10 : 20,
