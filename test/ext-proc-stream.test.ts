@@ -164,6 +164,31 @@ test("prefix affinity and in-flight load learn from ext_proc picks as from serve
   await waitFor(() => inFlight(epp, picked) === 0, "in-flight released after the cancel");
 });
 
+test("a stream's prompt tokens stay in flight past its response headers, until its first body byte", async () => {
+  // vLLM sends a streaming response's headers before its prefill ends; releasing the prompt at the
+  // headers would make a replica still prefilling look idle to token-load and prefill-wait.
+  const call = open().send(
+    requestHeaders(CHAT_PATH),
+    requestBody(chatBody(`held ${"words ".repeat(300)}`), true),
+  );
+  const picked = dest((await call.waitFor(2))[0]);
+  const tokens = () =>
+    Number(epp.gateway.routing.scheduler.endpointViews(picked)["inflight-load-producer"]?.inFlightTokens);
+  const held = tokens();
+  assert.ok(held > 250, `the prompt's tokens are counted from the pick (${held})`);
+  call.send(responseHeaders({ ":status": "200", "content-type": "text/event-stream" }, picked));
+  await call.waitFor(3);
+  assert.equal(tokens(), held, "headers alone release nothing");
+  call.send(responseBody('data: {"choices":[]}\n\n', false));
+  await call.waitFor(4);
+  assert.equal(tokens(), 0, "the first body byte releases the prompt tokens");
+  assert.equal(inFlight(epp, picked), 1, "the request itself is still running");
+  call.send(responseBody("data: [DONE]\n\n", true));
+  await call.waitFor(5);
+  assert.equal(inFlight(epp, picked), 0);
+  call.end();
+});
+
 test("out-of-order or undecodable messages end that stream with a gRPC error, and the server carries on", async () => {
   const early = open().send(requestBody("{}", true));
   const s1 = await early.status;

@@ -1,7 +1,9 @@
 /**
  * One decided request's life after the pick, as the ext_proc server watches it go by: the response
- * headers name the endpoint that served it (the proxy's `envoy.lb` metadata, after any retry) and
- * start it (scheduler.onResponseStarted, endpoint marked answering, TTFT); response bytes are counted,
+ * headers name the endpoint that served it (the proxy's `envoy.lb` metadata, after any retry); the
+ * first response body byte starts it (scheduler.onResponseStarted, which releases its prompt tokens,
+ * endpoint marked answering, TTFT), as in `kvgate serve` — vLLM sends a stream's headers before its
+ * prefill ends — or the headers do when the proxy sends no body; response bytes are counted,
  * scanned for usage and get the client's model name back; the end — response end of stream,
  * trailers, or the stream going away (client disconnect, proxy error) — calls
  * scheduler.onResponseComplete exactly once, so in-flight load and the prefix index learn exactly as
@@ -55,8 +57,11 @@ export class Flight {
     return this.#done;
   }
 
-  /** Response headers arrived: `served` is the proxy's served endpoint when it reports one. */
-  started(served: string | null, status: number, eventStream: boolean): void {
+  /**
+   * Response headers arrived: `served` is the proxy's served endpoint when it reports one. With
+   * `bodyFollows` (the proxy sends the response body) the request starts at its first body byte.
+   */
+  started(served: string | null, status: number, eventStream: boolean, bodyFollows: boolean): void {
     if (this.#started || this.#done) return;
     this.#started = true;
     if (served && served !== this.served) {
@@ -65,22 +70,23 @@ export class Flight {
     }
     this.status = status;
     if (eventStream) this.streaming = true;
-    if (status > 0 && status < 500) this.#gw.data.store.reportRequestSuccess(this.served);
+    if (!bodyFollows) this.#firstByte();
+  }
+
+  /** The response's first byte (or its headers, when no body is seen): TTFT, prompt tokens released. */
+  #firstByte(): void {
+    if (this.#ttft !== null) return;
     const d = this.decision;
     this.#ttft = (performance.now() - this.#t0) / 1000;
-    this.#gw.metrics.ttft.observe(
-      { ...d.labels, streaming: String(this.streaming) },
-      (performance.now() - this.#t0) / 1000,
-    );
+    if (this.status > 0 && this.status < 500) this.#gw.data.store.reportRequestSuccess(this.served);
+    this.#gw.metrics.ttft.observe({ ...d.labels, streaming: String(this.streaming) }, this.#ttft);
     d.routing.scheduler.onResponseStarted(d.facts, this.served, monotonicSeconds());
+    prefilledFlow(this.#gw, d.routing, d.facts.requestId);
   }
 
   /** The bytes to pass on for a response chunk. */
   body(chunk: Buffer, end: boolean): Buffer {
-    // A streaming response's headers can come before its first token (the server starts the
-    // response, then writes the body): the first body chunk ends the prefill for the prefill reserve.
-    if (this.#bytes === 0 && chunk.length > 0)
-      prefilledFlow(this.#gw, this.decision.routing, this.decision.facts.requestId);
+    if (this.#started && chunk.length > 0) this.#firstByte();
     this.#bytes += chunk.length;
     this.#usage.push(chunk);
     return this.restorer ? this.restorer.push(chunk, end) : chunk;
@@ -89,6 +95,9 @@ export class Flight {
   /** The response ended (`natural`) or the stream went away; only the first call counts. */
   complete(natural: boolean): void {
     if (this.#done) return;
+    // A response that ended cleanly with no body byte starts here; one that went away before its
+    // first byte never started (no TTFT, no prefill sample), and completing it releases its load.
+    if (this.#started && natural) this.#firstByte();
     this.#done = true;
     const d = this.decision;
     const m = this.#gw.metrics;
@@ -122,11 +131,12 @@ export function answerResponseHeaders(
   f: Flight | null,
   hs: Headers,
   served: string | null,
+  bodyFollows: boolean,
 ): ProcessingResponse {
   const mutation: HeaderMutation = {};
   if (f) {
     const eventStream = (first(hs, "content-type") ?? "").includes("text/event-stream");
-    f.started(served, Number(first(hs, ":status") ?? 0), eventStream);
+    f.started(served, Number(first(hs, ":status") ?? 0), eventStream, bodyFollows);
     const tokenHeader = f.decision.routing.sessionTokenHeader;
     if (tokenHeader) mutation.set_headers = [setHeader(tokenHeader, encodeSessionToken(f.served))];
     if (f.restorer && hs["content-length"] !== undefined) mutation.remove_headers = ["content-length"];

@@ -329,7 +329,10 @@ export class ProcessStream {
       return this.#protocolError(
         "response_headers arrived before kvgate answered the request; the proxy must wait for the request's answer",
       );
-    this.#send(answerResponseHeaders(this.#flight, readHeaders(h.headers), servedEndpoint(this.#meta)));
+    const bodyFollows = !h.end_of_stream && this.#respMode !== BodySendMode.NONE;
+    this.#send(
+      answerResponseHeaders(this.#flight, readHeaders(h.headers), servedEndpoint(this.#meta), bodyFollows),
+    );
     this.#phase = "response";
     if (h.end_of_stream) this.#responseEnded();
   }
