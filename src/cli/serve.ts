@@ -222,7 +222,6 @@ export function registerServe(program: Command): Command {
   });
 }
 
-/** `kvgate serve --pools`: the multi-pool front door (gateway/multi-pool/front.ts). */
 /** SIGTERM/SIGINT drain through `close` and exit; a drain longer than the timeout (+5 s) is cut. */
 function drainOnSignals(close: () => Promise<void>, drainTimeoutMs: number): void {
   let stopping = false;
@@ -274,10 +273,23 @@ function gatewayOptions(flags: Flags) {
   } satisfies Partial<GatewayOptions>;
 }
 
+/** `kvgate serve --pools`: the multi-pool front door (gateway/multi-pool/front.ts). */
 async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
   if (flags.endpoints !== undefined || flags.endpointsFile !== undefined || flags.config !== undefined)
     cmd.error(
       "error: --pools names each pool's endpoints and config; drop --endpoints, --endpoints-file and --config",
+      { exitCode: 2 },
+    );
+  // Refused rather than ignored: a multi-pool front door neither syncs its pools' state over NATS
+  // nor sizes them; each needs a pool-sized gateway of its own.
+  if (flags.nats !== undefined)
+    cmd.error(
+      "error: --nats is not supported with --pools (the pools' state is not synced across gateway replicas); run one `kvgate serve --nats` per pool, or drop --nats",
+      { exitCode: 2 },
+    );
+  if (flags.autoscaleConfig !== undefined)
+    cmd.error(
+      "error: --autoscale-config is not supported with --pools (the autoscaler sizes one pool); run one `kvgate serve --autoscale-config` per pool, or drop it",
       { exitCode: 2 },
     );
   const { startMultiPool } = await import("../gateway/multi-pool/front.ts");
