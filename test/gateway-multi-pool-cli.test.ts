@@ -45,15 +45,10 @@ test("bad --pools files and flag mixes exit 2 with what to do", { timeout: 30_00
   assert.match(r4.stderr, /pool a: --config .*nope\.yaml/);
 });
 
-test("--nats and --autoscale-config with --pools are refused, not ignored", { timeout: 30_000 }, async () => {
-  for (const [flag, value] of [
-    ["--nats", "nats://127.0.0.1:4222"],
-    ["--autoscale-config", "autoscale.yaml"],
-  ]) {
-    const r = await runKvgate(["serve", "--pools", "pools.yaml", flag, value]);
-    assert.equal(r.code, 2, `${flag} with --pools exits 2`);
-    assert.match(r.stderr, new RegExp(`${flag} is not supported with --pools.*per pool`));
-  }
+test("--autoscale-config with --pools is refused, not ignored", { timeout: 30_000 }, async () => {
+  const r = await runKvgate(["serve", "--pools", "pools.yaml", "--autoscale-config", "autoscale.yaml"]);
+  assert.equal(r.code, 2);
+  assert.match(r.stderr, /--autoscale-config is not supported with --pools.*per pool/);
 });
 
 test("a good --pools file starts, names its pools and routes by model", { timeout: 30_000 }, async (t) => {

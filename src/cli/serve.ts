@@ -280,13 +280,7 @@ async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
       "error: --pools names each pool's endpoints and config; drop --endpoints, --endpoints-file and --config",
       { exitCode: 2 },
     );
-  // Refused rather than ignored: a multi-pool front door neither syncs its pools' state over NATS
-  // nor sizes them; each needs a pool-sized gateway of its own.
-  if (flags.nats !== undefined)
-    cmd.error(
-      "error: --nats is not supported with --pools (the pools' state is not synced across gateway replicas); run one `kvgate serve --nats` per pool, or drop --nats",
-      { exitCode: 2 },
-    );
+  // Refused rather than ignored: the autoscaler sizes one pool.
   if (flags.autoscaleConfig !== undefined)
     cmd.error(
       "error: --autoscale-config is not supported with --pools (the autoscaler sizes one pool); run one `kvgate serve --autoscale-config` per pool, or drop it",
@@ -301,6 +295,9 @@ async function serveMultiPool(flags: Flags, cmd: Command): Promise<void> {
     h = await startMultiPool({
       poolsFile: flags.pools,
       ...gatewayOptions(flags),
+      // Each pool syncs on its own subject: a --nats-subject gets the pool's name appended.
+      nats: flags.nats,
+      natsSubject: flags.natsSubject,
     });
   } catch (err) {
     const e = err as Error;
