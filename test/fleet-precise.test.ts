@@ -144,7 +144,10 @@ describe("precise router in the fleet simulator", () => {
     const { workload } = scenarioWorkload(sc);
     const router = sc.routers.find((r) => r.name === "precise");
     assert.ok(router);
-    const { scheduler, config } = await createScheduler(router.configText, { seed: sc.seed });
+    // The index must hold what the engines' events say and nothing else: no speculative picks.
+    const configText = router.configText.replace("speculativeIndexing: true", "speculativeIndexing: false");
+    assert.notEqual(configText, router.configText);
+    const { scheduler, config } = await createScheduler(configText, { seed: sc.seed });
     const [producer] = preciseProducers(scheduler);
     assert.ok(producer);
     const due = new PreciseIndex({ keyer: producer.index.keyer });

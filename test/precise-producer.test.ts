@@ -112,6 +112,30 @@ describe("precise-prefix-cache-producer", () => {
     assert.equal((later.cycle.get(prefixKey("precise")) as PreciseMatchInfo).anyMatch, false);
   });
 
+  it('speculativeScope "cold": only a request no endpoint holds any of is speculated', async () => {
+    const cold = CONFIG.replace("speculativeTTL: 2s", "speculativeTTL: 2s\n    speculativeScope: cold");
+    const { scheduler: s, producer } = await scheduler(cold);
+    // Blocks 0–3 are on a:1: a request for all 10 has a home there, so its pick adds nothing (with
+    // scope "all" a:1 would be credited blocks 4–9 before its engine computed them).
+    store(producer, "a:1", 4);
+    const warm = completion("w", "", { tokenIds: TOKENS });
+    const w = s.schedule(warm, eps, 100);
+    assert.equal(w.target?.id, "a:1");
+    s.onPicked(warm, w, 100);
+    const after = s.schedule(completion("w2", "", { tokenIds: TOKENS }), eps, 100.5);
+    assert.equal((after.cycle.get(prefixKey("precise")) as PreciseMatchInfo).matchBlocks("a:1"), 4);
+    // A prompt no endpoint holds: its pick is speculated, and the next request of it follows.
+    const other = Array.from({ length: 16 * 6 }, (_, i) => 5000 + i);
+    const first = s.schedule(completion("c1", "", { tokenIds: other }), eps, 101);
+    s.onPicked(completion("c1", "", { tokenIds: other }), first, 101);
+    const second = s.schedule(completion("c2", "", { tokenIds: other }), eps, 101.5);
+    assert.equal(
+      (second.cycle.get(prefixKey("precise")) as PreciseMatchInfo).matchBlocks(first.target!.id),
+      6,
+    );
+    assert.equal(second.target?.id, first.target?.id);
+  });
+
   it("drops endpoints that left the pool from the index", async () => {
     const { scheduler: s, producer } = await scheduler();
     store(producer, "a:1", 4);

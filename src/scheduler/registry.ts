@@ -53,6 +53,7 @@ import {
 import { noHitLruSpec } from "./plugins/scorers/no-hit-lru.ts";
 import { prefillWaitSpec } from "./plugins/scorers/prefill-wait.ts";
 import { prefixScorerSpec } from "./plugins/scorers/prefix.ts";
+import { prefixHomeSpec } from "./plugins/scorers/prefix-home.ts";
 import { sessionFilterSpec, sessionScorerSpec } from "./plugins/session.ts";
 import type { DataFamily } from "./types.ts";
 
@@ -132,6 +133,7 @@ export const BUILTIN_SPECS: readonly PluginSpec[] = [
   kvPressureSpec,
   prefillWaitSpec,
   noHitLruSpec,
+  prefixHomeSpec,
   loraAffinitySpec,
   sessionScorerSpec,
   sessionFilterSpec,

@@ -18,7 +18,9 @@
  * Without tokenIds it writes nothing: prefix-cache-scorer then scores 0 for every endpoint.
  * With speculativeIndexing, PreRequest adds the request's keys to the chosen endpoint (and the prefill
  * profile's) as speculative entries for speculativeTTL, so a burst of same-prefix requests lands together
- * before the engine's first BlockStored arrives.
+ * before the engine's first BlockStored arrives. kvgate's speculativeScope "cold" speculates only for a
+ * request no candidate holds any block of (a new prefix); a request with a home already is indexed by
+ * its engine's events alone (on multi-turn, speculating every turn cost precise 6–12% TTFT p99).
  * tokenProcessorConfig.hashSeed / hashAlgorithm are accepted for llm-d config compatibility and change
  * nothing: kvgate's keys are only compared with themselves (engine hashes are mapped, not recomputed).
  */
@@ -117,6 +119,8 @@ export const precisePrefixParams = z.strictObject({
     .optional(),
   speculativeIndexing: z.boolean().default(false),
   speculativeTTL: duration.default("2s"),
+  /** kvgate-only: "all" (llm-d) speculates every request's keys, "cold" only a request no candidate holds a block of. */
+  speculativeScope: z.enum(["all", "cold"]).default("all"),
   /** kvgate-only: hard budget of (block, endpoint) entries in the index (about 80 bytes each). */
   maxIndexEntries: z
     .number()
@@ -260,6 +264,7 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
     this.#hitBlocks += info.heldBlocks(primary.id);
     this.#lookupBlocks += info.totalBlocks;
     if (!this.params.speculativeIndexing || info.keys.length === 0) return;
+    if (this.params.speculativeScope === "cold" && info.anyMatch) return;
     this.index.addSpeculative(primary.id, info.keys, now, this.#speculativeTtl);
     const prefill = result.profiles[PREFILL_PROFILE]?.target;
     if (prefill && prefill.id !== primary.id)

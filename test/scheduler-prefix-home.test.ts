@@ -1,0 +1,121 @@
+/**
+ * prefix-home-balance-scorer and the placement of new prefixes in config/examples/precise-sim.yaml:
+ * a long request no endpoint holds any of goes to the endpoint homing the fewest prefixes, whatever
+ * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
+ * and traffic that reuses nothing are left to the load scorers.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { before, describe, it } from "node:test";
+import { createXxHasher, type Hasher } from "../src/scheduler/hash.ts";
+import { prefixKey } from "../src/scheduler/plugins/data.ts";
+import { PrefixHomeBalanceScorer, prefixHomeParams } from "../src/scheduler/plugins/scorers/prefix-home.ts";
+import { createScheduler, type Scheduler } from "../src/scheduler/scheduler.ts";
+import { completion, cycleFor, endpoint, prefixInfo } from "../src/scheduler/testing.ts";
+import type { EndpointState } from "../src/scheduler/types.ts";
+
+const eps = [endpoint("a:1"), endpoint("b:1"), endpoint("c:1")];
+
+describe("prefix-home-balance-scorer", () => {
+  const mk = (p: Record<string, unknown> = {}) =>
+    new PrefixHomeBalanceScorer("h", prefixHomeParams.parse({ prefixMatchInfoProducerName: "p", ...p }));
+  /** A request of `blocks` 64-token blocks, matched where `matches` says. */
+  const cyc = (blocks: number, matches: Record<string, number> = {}) => {
+    const x = cycleFor(completion("r", "p"), eps);
+    x.set(prefixKey("p"), prefixInfo(blocks, 64, matches));
+    return x;
+  };
+  const pick = (s: PrefixHomeBalanceScorer, blocks: number, target: EndpointState, m = {}) =>
+    s.preRequest(cyc(blocks, m), { target, profiles: {} } as never);
+  const scores = (s: PrefixHomeBalanceScorer, blocks: number, m = {}) =>
+    Array.from(s.score(cyc(blocks, m), eps));
+
+  it("scores (max − homes) ÷ (max − min) for a long cold request once a long request was a hit", () => {
+    const s = mk();
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[1]);
+    // No long request has matched yet: the traffic shows no reuse, so no preference.
+    assert.deepEqual(scores(s, 32), [0.5, 0.5, 0.5]);
+    pick(s, 32, eps[0], { "a:1": 32 });
+    assert.deepEqual(
+      [0, 1, 2].map((i) => s.homes(eps[i].id)),
+      [2, 1, 0],
+      "a hit homes nothing",
+    );
+    assert.deepEqual(scores(s, 32), [0, 0.5, 1]);
+    // A request with a home, or a short one, is not placed by homes.
+    assert.deepEqual(scores(s, 32, { "b:1": 3 }), [0.5, 0.5, 0.5]);
+    assert.deepEqual(scores(s, 8), [0.5, 0.5, 0.5]);
+    pick(s, 8, eps[2]);
+    assert.equal(s.homes("c:1"), 0, "a short cold request homes nothing");
+  });
+
+  it("forgets reuse older than reuseWindow long requests, and endpoints that left the pool", () => {
+    const s = mk({ reuseWindow: 2 });
+    pick(s, 32, eps[0], { "a:1": 32 });
+    pick(s, 32, eps[1]);
+    assert.deepEqual(scores(s, 32), [1, 0, 1]);
+    pick(s, 32, eps[2]);
+    assert.deepEqual(scores(s, 32), [0.5, 0.5, 0.5], "the hit fell out of the window");
+    s.retainEndpoints(new Set(["a:1", "c:1"]));
+    assert.equal(s.homes("b:1"), 0);
+  });
+});
+
+describe("precise-sim.yaml: new prefixes dealt out evenly", () => {
+  let h: Hasher;
+  before(async () => {
+    h = await createXxHasher();
+  });
+  const config = readFileSync(new URL("../config/examples/precise-sim.yaml", import.meta.url), "utf8");
+  /** A prompt of `blocks` 16-token blocks, distinct per `g`. */
+  const prompt = (g: number, blocks: number) =>
+    Array.from({ length: 16 * blocks + 3 }, (_, i) => g * 100_000 + i);
+  const send = (s: Scheduler, id: string, tokenIds: number[], cands: EndpointState[], now: number) => {
+    const req = completion(id, "", { tokenIds });
+    const r = s.schedule(req, cands, now);
+    s.onPicked(req, r, now);
+    return r.target?.id;
+  };
+  const loaded = [
+    endpoint("a:1", { waitingQueueSize: 6, kvCacheUsagePercent: 0.7 }),
+    endpoint("b:1", { waitingQueueSize: 9, kvCacheUsagePercent: 0.9 }),
+    endpoint("c:1", { waitingQueueSize: 0, kvCacheUsagePercent: 0.1 }),
+  ];
+
+  it("a new prefix goes to the endpoint homing the fewest, even the most loaded, once prompts are reused", async () => {
+    const { scheduler: s } = await createScheduler(config, { seed: 1, hasher: h });
+    const idle = [endpoint("a:1"), endpoint("b:1"), endpoint("c:1")];
+    // Groups 1 and 2 found homes on two endpoints; group 1 is asked again (reuse seen).
+    const g1 = send(s, "g1", prompt(1, 80), idle, 0);
+    const g2 = send(
+      s,
+      "g2",
+      prompt(2, 80),
+      idle.filter((e) => e.id !== g1),
+      0.01,
+    );
+    assert.notEqual(g1, g2);
+    assert.equal(send(s, "g1b", prompt(1, 80), idle, 0.02), g1, "g1b");
+    const empty = ["a:1", "b:1", "c:1"].find((id) => id !== g1 && id !== g2) as string;
+    // The endpoint homing nothing is the most loaded by what the load scorers read (queue, KV use):
+    // the new group still goes there. (Not so loaded that the load scorers' 2 + 2 outweigh the
+    // group's own prefix hit at 3, which would move its second request away.)
+    const cands = ["a:1", "b:1", "c:1"].map((id) =>
+      id === empty ? endpoint(id, { waitingQueueSize: 9, kvCacheUsagePercent: 0.3 }) : endpoint(id),
+    );
+    assert.equal(send(s, "g3", prompt(3, 80), cands, 0.03), empty, "g3");
+    // Its second request, before any KV event, follows it (speculated cold pick).
+    assert.equal(send(s, "g3b", prompt(3, 80), cands, 0.04), empty, "g3b");
+    // A short new prompt (< 1,024 tokens) is left to load: not the loaded endpoint.
+    assert.notEqual(send(s, "q", prompt(4, 8), cands, 0.05), empty);
+  });
+
+  it("traffic that reuses nothing is placed by load alone", async () => {
+    const { scheduler: s } = await createScheduler(config, { seed: 1, hasher: h });
+    const picks = new Set<string | undefined>();
+    for (let g = 1; g <= 6; g++) picks.add(send(s, `u${g}`, prompt(g, 80), loaded, g));
+    assert.deepEqual([...picks], ["c:1"], "every unique prompt goes to the least loaded endpoint");
+  });
+});
