@@ -10,10 +10,11 @@
  * is stopped on the way out, also on Ctrl-C.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parsePromText, sumOf } from "../datalayer/prom-text.ts";
-import { adaptiveStartTimeoutMs, type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
-import { type DemoPhase, demoSummary } from "./demo-format.ts";
+import { adaptiveStartTimeoutMs, type Child, cpuSecondsOf, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { type CpuUse, type DemoPhase, demoSummary } from "./demo-format.ts";
 import { type Prediction, predict } from "./demo-predict.ts";
 import { runBench } from "./driver.ts";
 import { formatProgress } from "./format.ts";
@@ -210,6 +211,10 @@ async function phase(
       `${router}: ${o.replicas} replicas ready after ${((performance.now() - w0) / 1000).toFixed(1)} s; ` +
         `${workload.requests.length} requests from ${o.users} closed-loop users`,
     );
+    const cpu = cpuMeter(
+      children.slice(0, o.replicas),
+      router === "kvgate" ? children[o.replicas] : undefined,
+    );
     const result = await runBench(workload, {
       targets,
       timeScale: o.timeScale,
@@ -224,6 +229,7 @@ async function phase(
       timeScale: o.timeScale,
       target: { mode: router === "kvgate" ? "single" : "round-robin", urls: targets },
     });
+    const cpuUse = cpu();
     const replicaLagMaxS = await lagOf(urls);
     return {
       router,
@@ -231,10 +237,39 @@ async function phase(
       records: result.records,
       replicaLagMaxS,
       wallSeconds: (performance.now() - w0) / 1000,
+      cpu: cpuUse,
     };
   } finally {
     await stop();
   }
+}
+
+/** Starts counting CPU seconds (replicas, gateway, this process); the returned function reads them. */
+function cpuMeter(replicas: Child[], gateway: Child | undefined): () => CpuUse {
+  const sum = (cs: Child[]) => {
+    let t = 0;
+    for (const c of cs) {
+      const s = cpuSecondsOf(c.proc.pid);
+      if (s === null) return null;
+      t += s;
+    }
+    return t;
+  };
+  const r0 = sum(replicas);
+  const g0 = gateway ? sum([gateway]) : null;
+  const c0 = process.cpuUsage();
+  const w0 = performance.now();
+  return () => {
+    const r1 = sum(replicas);
+    const g1 = gateway ? sum([gateway]) : null;
+    const c = process.cpuUsage(c0);
+    return {
+      wallS: (performance.now() - w0) / 1000,
+      replicasS: r0 === null || r1 === null ? null : r1 - r0,
+      gatewayS: g0 === null || g1 === null ? null : g1 - g0,
+      clientS: (c.user + c.system) / 1e6,
+    };
+  };
 }
 
 /** The results file: the live runs, then the simulator's (router "<name> (kvgate simulate)"). */
@@ -309,7 +344,8 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     }
     file = writeOutputs(o, phases, predictions);
   }
-  if (phases.length === 2) o.log(`\n${demoSummary(phases, predictions, { timeScale: o.timeScale })}`);
+  if (phases.length === 2)
+    o.log(`\n${demoSummary(phases, predictions, { timeScale: o.timeScale, cores: availableParallelism() })}`);
   if (file) o.log(`results: ${resolve(o.json)}\nreport: ${resolve(o.report)}`);
   o.log(`wall time ${((performance.now() - t0) / 1000).toFixed(0)} s`);
   return { phases, file };
