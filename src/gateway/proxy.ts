@@ -291,7 +291,6 @@ async function stream(
     rw.start(up.statusCode, sse);
   }
   res.writeHead(up.statusCode, headers);
-  if (sse) res.flushHeaders(); // the first chunk may be held until its event is complete
   let bytes = 0;
   let pending: Buffer | null = null;
   // The last two pieces written, for the end of the stream a failure is judged by.
@@ -331,8 +330,14 @@ async function stream(
   const status = up.statusCode;
   for (;;) {
     try {
-      if (first !== null && onChunk(first) === "wait") await drained(res);
-      first = null;
+      if (first !== null) {
+        const next = onChunk(first);
+        first = null;
+        // The headers go out in one write with the first whole event; only a first chunk held
+        // for its event's end sends them alone, so the client sees the response start meanwhile.
+        if (sse && bytes === 0 && !gone) res.flushHeaders();
+        if (next === "wait") await drained(res);
+      }
       if (!gone) await pump(up.body, onChunk, () => drained(res));
       if (gone) {
         up.body.destroy();

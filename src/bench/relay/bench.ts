@@ -102,6 +102,9 @@ function startUpstream(): Promise<{ proc: ChildProcess; url: string }> {
 
 const dispatcher = new Agent({ connections: null, pipelining: 1, keepAliveTimeout: 60_000 });
 
+/** Body reads by the client: about one per gateway socket write, the unit the kernel charges for. */
+let clientReads = 0;
+
 /** One streamed completion; throws unless it is a 200 ending in `data: [DONE]`. */
 async function complete(base: string, prompt: string, maxTokens: number): Promise<void> {
   const res = await request(`${base}/v1/completions`, {
@@ -118,7 +121,10 @@ async function complete(base: string, prompt: string, maxTokens: number): Promis
     dispatcher,
   });
   let tail = "";
-  for await (const c of res.body) tail = (tail + (c as Buffer).toString("latin1")).slice(-64);
+  for await (const c of res.body) {
+    clientReads++;
+    tail = (tail + (c as Buffer).toString("latin1")).slice(-64);
+  }
   if (res.statusCode !== 200 || !tail.endsWith("data: [DONE]\n\n"))
     throw new Error(`bench:relay: HTTP ${res.statusCode}, stream ended with ${JSON.stringify(tail)}`);
 }
@@ -164,6 +170,8 @@ interface Measure {
   cpu_us_per_request: number;
   cpu_us_per_event: number;
   events: number;
+  /** Relayed events per client read: above 1 when the gateway fell behind and wrote several at once. */
+  events_per_read: number;
   streams_cpu_s: number;
   streams_wall_s: number;
 }
@@ -207,11 +215,13 @@ async function measure(v: Variant, round: number, ups: string[]): Promise<Measur
     const perRequest = (cpu() - c0 - idlePerS * ((performance.now() - w0) / 1000)) / requests;
 
     const e0 = await eventsWritten(ups);
+    const r0 = clientReads;
     c0 = cpu();
     w0 = performance.now();
     await pool(streams, streams, tokens, gw.url);
     const cpuS = cpu() - c0;
     const wallS = (performance.now() - w0) / 1000;
+    const reads = clientReads - r0;
     const events = (await eventsWritten(ups)) - e0;
     const perEvent = (cpuS - idlePerS * wallS - streams * perRequest) / events;
     return {
@@ -221,6 +231,7 @@ async function measure(v: Variant, round: number, ups: string[]): Promise<Measur
       cpu_us_per_request: perRequest * 1e6,
       cpu_us_per_event: perEvent * 1e6,
       events,
+      events_per_read: events / reads,
       streams_cpu_s: cpuS,
       streams_wall_s: wallS,
     };
@@ -257,7 +268,7 @@ async function main(): Promise<void> {
         results.push(m);
         console.log(
           `round ${r + 1}/${rounds} ${v.name}: ${m.cpu_us_per_request.toFixed(0)} µs CPU/request, ` +
-            `${m.cpu_us_per_event.toFixed(2)} µs CPU/event (${m.events} events, ${m.streams_cpu_s.toFixed(2)} s CPU ` +
+            `${m.cpu_us_per_event.toFixed(2)} µs CPU/event (${m.events} events, ${m.events_per_read.toFixed(2)} per client read, ${m.streams_cpu_s.toFixed(2)} s CPU ` +
             `in ${m.streams_wall_s.toFixed(1)} s wall), idle ${m.idle_cpu_ms_per_s.toFixed(1)} ms CPU/s`,
         );
       }
@@ -274,13 +285,15 @@ async function main(): Promise<void> {
       median_cpu_us_per_request: median(mine.map((m) => m.cpu_us_per_request)),
       median_cpu_us_per_event: median(mine.map((m) => m.cpu_us_per_event)),
       median_idle_cpu_ms_per_s: median(mine.map((m) => m.idle_cpu_ms_per_s)),
+      median_events_per_read: median(mine.map((m) => m.events_per_read)),
     };
   });
   console.log("\nmedians (CPU time of the gateway process, from /proc):");
   for (const s of summary)
     console.log(
       `  ${s.variant.padEnd(24)} ${s.median_cpu_us_per_request.toFixed(0).padStart(6)} µs/request  ` +
-        `${s.median_cpu_us_per_event.toFixed(2).padStart(7)} µs/event  idle ${s.median_idle_cpu_ms_per_s.toFixed(1)} ms/s`,
+        `${s.median_cpu_us_per_event.toFixed(2).padStart(7)} µs/event  ${s.median_events_per_read.toFixed(2)} events/read  ` +
+        `idle ${s.median_idle_cpu_ms_per_s.toFixed(1)} ms/s`,
     );
   if (summary.length === 2) {
     const [b, t] = summary as [(typeof summary)[0], (typeof summary)[0]];
