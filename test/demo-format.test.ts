@@ -1,8 +1,11 @@
-/** The demo summary's latency verdict names the direction: a slower kvgate reads "worse", never "0.53x better". */
+/**
+ * The demo summary's latency verdict names the direction: a slower kvgate reads "worse", never "0.53x
+ * better"; its CPU lines give each part's average busy cores and the phase's total against the machine.
+ */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { latencyVerdict } from "../src/bench/demo-format.ts";
+import { cpuLines, type DemoPhase, latencyVerdict } from "../src/bench/demo-format.ts";
 
 test("latencyVerdict: lower kvgate latency is 'better' by rr/kv, higher is 'worse' by kv/rr", () => {
   assert.equal(latencyVerdict(1.0, 0.5), "2.00x better");
@@ -26,4 +29,23 @@ test("latencyVerdict never reports a factor below 1", () => {
     ),
     { seed: 9 },
   );
+});
+
+test("cpuLines: cores per part over the run's wall time; the round-robin phase has no gateway", () => {
+  const phase = (router: DemoPhase["router"], cpu: DemoPhase["cpu"]) =>
+    ({ router, run: {}, records: [], replicaLagMaxS: [], wallSeconds: 1, cpu }) as unknown as DemoPhase;
+  const lines = cpuLines(
+    [
+      phase("round-robin", { wallS: 40, replicasS: 30, gatewayS: null, clientS: 10 }),
+      phase("kvgate", { wallS: 50, replicasS: 40, gatewayS: 25, clientS: 20 }),
+      phase("kvgate", undefined),
+    ],
+    2,
+  );
+  assert.equal(lines.length, 2, "a phase without a reading gets no line");
+  assert.match(
+    lines[0],
+    /round-robin .*40\.0 wall s.*replicas 0\.75, no gateway, client 0\.25; 1\.00 of 2 cores/,
+  );
+  assert.match(lines[1], /kvgate .*replicas 0\.80, gateway 0\.50, client 0\.40; 1\.70 of 2 cores/);
 });

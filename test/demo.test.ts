@@ -1,6 +1,7 @@
 /**
  * `kvgate demo` end to end at a tiny scale: exits 0, writes both live runs and the simulator's
- * two beside them, and leaves no process behind.
+ * two beside them, prints the CPU each part used, renices the replicas (not the gateway) when
+ * asked, and leaves no process behind.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -66,6 +67,17 @@ function runDemo(args: string[], onLine?: (line: string, kill: () => void) => vo
   return { done, marker, out: () => out, err: () => err };
 }
 
+/** Niceness and command line of a live process. */
+function niceOf(pid: number): { nice: number; cmd: string } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0").join(" ");
+    return { nice: Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[16]), cmd };
+  } catch {
+    return null;
+  }
+}
+
 async function noneLeft(marker: string): Promise<number[]> {
   // Children get SIGTERM then SIGKILL from the demo; give the kernel a moment to reap them.
   for (let i = 0; i < 50; i++) {
@@ -81,9 +93,27 @@ test("the demo runs round-robin then kvgate, writes both runs and exits 0 with n
   try {
     const json = join(dir, "demo.json");
     const report = join(dir, "demo.html");
-    const run = runDemo([...TINY, "--json", json, "--report", report]);
+    let seen: Array<{ nice: number; cmd: string }> = [];
+    const run = runDemo([...TINY, "--replica-nice", "7", "--json", json, "--report", report], (line) => {
+      if (line.startsWith("kvgate:") && line.includes("replicas ready"))
+        seen = processesWith(run.marker).flatMap((pid) => niceOf(pid) ?? []);
+    });
     const { code } = await run.done;
     assert.equal(code, 0, `demo failed: ${run.err()}`);
+    const replicas = seen.filter((p) => p.cmd.includes(" sim-replica "));
+    const gateway = seen.filter((p) => p.cmd.includes(" serve "));
+    assert.equal(replicas.length, 2, JSON.stringify(seen));
+    assert.deepEqual(
+      replicas.map((p) => p.nice),
+      [7, 7],
+    );
+    assert.deepEqual(
+      gateway.map((p) => p.nice),
+      [0],
+      "the gateway keeps its priority",
+    );
+    assert.match(run.out(), /CPU while round-robin ran .*replicas \d+\.\d\d, no gateway, client \d+\.\d\d/);
+    assert.match(run.out(), /CPU while kvgate ran .*gateway \d+\.\d\d, client/);
     assert.match(run.out(), /kvgate vs round-robin, live: +output tokens\/s/);
     assert.match(run.out(), /kvgate vs round-robin, simulated: output tokens\/s/);
     assert.match(run.out(), /live vs simulated \(round-robin \/ kvgate\): output tokens\/s/);

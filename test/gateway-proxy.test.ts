@@ -1,7 +1,8 @@
 /**
  * The gateway's forwarding path against small scripted upstreams: bytes forwarded unchanged,
  * SSE passed through event by event, client disconnects aborting the upstream, control headers
- * stripped and ignored, failover before the first byte, and clean failure after it.
+ * stripped and ignored, failover before the first byte, clean failure after it, empty bodies, and
+ * backpressure from a client that stops reading.
  */
 import assert from "node:assert/strict";
 import type { ServerResponse } from "node:http";
@@ -364,6 +365,67 @@ test("a non-streaming response cut mid-body reaches the client as an error, not 
     assert.equal(r.statusCode, 200);
     await assert.rejects(r.body.text());
     assert.equal((await fetch(`${gw.url}/health`)).status, 200, "the gateway is still up");
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("an empty response body reaches the client as an empty response, not a hang", {
+  timeout: 20_000,
+}, async () => {
+  const up = await replica(IDLE, (_q, res) => {
+    res.writeHead(200, { "content-type": "application/json", "content-length": "0" }).end();
+  });
+  const gw = await gateway([up]);
+  try {
+    const r = await post(`${gw.url}/v1/completions`, completion());
+    assert.deepEqual([r.status, r.text], [200, ""]);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("a client that stops reading holds the upstream back (backpressure), then gets every byte", {
+  timeout: 30_000,
+}, async () => {
+  const EVENT = `data: ${JSON.stringify({ pad: "x".repeat(64 * 1024) })}\n\n`;
+  const COUNT = 1024; // 64 MiB in all
+  let sent = 0;
+  const up = await replica(IDLE, async (_q, res) => {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    for (let i = 0; i < COUNT; i++) {
+      sent++;
+      if (!res.write(EVENT)) await new Promise((r) => res.once("drain", r));
+    }
+    res.end("data: [DONE]\n\n");
+  });
+  const gw = await gateway([up]);
+  try {
+    const r = await request(`${gw.url}/v1/completions`, {
+      method: "POST",
+      body: completion({ stream: true }),
+    });
+    assert.equal(r.statusCode, 200);
+    // Unread, the stream stalls once the socket buffers on both hops are full: a relay without
+    // backpressure would have taken all 64 MiB into the gateway's memory by now.
+    for (let before = -1; sent !== before; ) {
+      before = sent;
+      await new Promise((res) => setTimeout(res, 300));
+    }
+    assert.ok(
+      sent < COUNT / 2,
+      `the upstream sent ${sent} of ${COUNT} events to a client that reads nothing`,
+    );
+    let bytes = 0;
+    let tail = "";
+    for await (const c of r.body) {
+      bytes += c.length;
+      tail = (tail + c.toString("latin1")).slice(-32);
+    }
+    assert.equal(bytes, EVENT.length * COUNT + "data: [DONE]\n\n".length);
+    assert.ok(tail.endsWith("data: [DONE]\n\n"));
   } finally {
     await gw.close();
     await up.close();

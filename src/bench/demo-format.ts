@@ -16,6 +16,36 @@ export interface DemoPhase {
   /** Max simulated seconds each replica's delivery ran behind its modelled timeline. */
   replicaLagMaxS: number[];
   wallSeconds: number;
+  /** CPU seconds each part used while the requests ran (null: not readable here), and that wall time. */
+  cpu?: CpuUse;
+}
+
+export interface CpuUse {
+  wallS: number;
+  replicasS: number | null;
+  /** The gateway process; null in the round-robin phase, which has none. */
+  gatewayS: number | null;
+  /** The demo's own process: the load generator reading every stream. */
+  clientS: number;
+}
+
+/**
+ * One line per phase: the cores each part kept busy on average while the requests ran, against
+ * the machine's. The live TTFT includes any wait for a core, and only the kvgate phase has a
+ * gateway relaying every token, so this is where a busy machine shows.
+ */
+export function cpuLines(phases: DemoPhase[], cores: number): string[] {
+  const c = (s: number | null, wall: number) => (s === null ? "-" : (s / wall).toFixed(2));
+  return phases.flatMap((p) => {
+    if (!p.cpu) return [];
+    const { wallS, replicasS, gatewayS, clientS } = p.cpu;
+    const total = (replicasS ?? 0) + (gatewayS ?? 0) + clientS;
+    return [
+      `CPU while ${p.router} ran (cores busy on average over ${wallS.toFixed(1)} wall s): replicas ${c(replicasS, wallS)}, ` +
+        `${gatewayS === null ? "no gateway" : `gateway ${c(gatewayS, wallS)}`}, client ${c(clientS, wallS)}; ` +
+        `${(total / wallS).toFixed(2)} of ${cores} cores`,
+    ];
+  });
 }
 
 export interface Side {
@@ -69,7 +99,11 @@ interface Row {
   compare?: (s: Side) => number | null;
 }
 
-export function demoSummary(phases: DemoPhase[], predictions: Side[], o: { timeScale: number }): string {
+export function demoSummary(
+  phases: DemoPhase[],
+  predictions: Side[],
+  o: { timeScale: number; cores?: number },
+): string {
   const [rr, kv] = phases;
   const [srr, skv] = predictions;
   const sim = predictions.length === 2;
@@ -134,6 +168,7 @@ export function demoSummary(phases: DemoPhase[], predictions: Side[], o: { timeS
     );
   }
   lines.push(whereFrom(rr.run, kv.run));
+  if (o.cores !== undefined) lines.push(...cpuLines(phases, o.cores));
   const lag = Math.max(...lags);
   if (lag > LAG_WARN_S)
     lines.push(

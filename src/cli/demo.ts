@@ -25,6 +25,23 @@ export function registerDemo(program: Command): void {
     )
     .option("--replicas <n>", "replica processes", num("--replicas", true), d.replicas)
     .option("--time-scale <x>", "simulated seconds per wall second", num("--time-scale", false), d.timeScale)
+    .option(
+      "--replica-nice <n>",
+      "niceness (0-19) of the replica processes in both phases; above 0 the gateway and the load generator get a core first on a small machine",
+      (v: string) => {
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 0 || n > 19)
+          throw new InvalidArgumentError("--replica-nice must be an integer from 0 to 19");
+        return n;
+      },
+      d.replicaNice,
+    )
+    .option(
+      "--scrape-interval-ms <n>",
+      "the gateway's metrics poll period in wall ms (the prediction is told it in simulated seconds)",
+      num("--scrape-interval-ms", true),
+      d.scrapeIntervalMs,
+    )
     .option("--users <n>", "closed-loop users, one system prompt each", num("--users", true), d.users)
     .option("--requests <n>", "requests in all (5 questions per user)", num("--requests", true), d.requests)
     .option("--output-len <n>", "tokens per answer", num("--output-len", true), d.outputLen)
@@ -55,6 +72,8 @@ export function registerDemo(program: Command): void {
         await runDemo({
           replicas: f.replicas,
           timeScale: f.timeScale,
+          replicaNice: f.replicaNice,
+          scrapeIntervalMs: f.scrapeIntervalMs,
           users: f.users,
           requests: f.requests,
           outputLen: f.outputLen,

@@ -132,6 +132,99 @@ function lastEventEnd(b: Buffer): number {
 /** Above this an unterminated SSE tail is passed on as is rather than held. */
 const MAX_PENDING = 1 << 20;
 
+type Body = Dispatcher.ResponseData["body"];
+
+/**
+ * The body's first chunk, or null for an empty body; rejects on an error before it. The body is
+ * left paused with nothing consumed beyond that chunk.
+ */
+function firstChunk(body: Body): Promise<Buffer | null> {
+  return new Promise((resolve, reject) => {
+    const done = () => {
+      body.off("data", onData);
+      body.off("end", onEnd);
+      body.off("error", onError);
+      body.off("close", onClose);
+    };
+    const onData = (c: Buffer) => {
+      body.pause();
+      done();
+      resolve(c);
+    };
+    const onEnd = () => {
+      done();
+      resolve(null);
+    };
+    const onError = (err: Error) => {
+      done();
+      reject(err);
+    };
+    const onClose = () => {
+      done();
+      if (body.readableEnded) resolve(null);
+      else reject(new Error("the response body closed before its end"));
+    };
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
+    body.once("close", onClose);
+    settledAlready(body, onEnd, onError);
+  });
+}
+
+/** A body that ended or failed before anyone listened settles at once (its events are past). */
+function settledAlready(body: Body, onEnd: () => void, onError: (err: Error) => void): void {
+  if (body.readableEnded) onEnd();
+  else if (body.errored) onError(body.errored);
+  else if (body.destroyed) onError(new Error("the response body closed before its end"));
+}
+
+/**
+ * Reads `body` to its end, handing each chunk to `onChunk` as it arrives (no promise per chunk:
+ * one relayed token is one chunk); while `onChunk` answers "wait", the body is paused until
+ * `resumeWhen` settles. `onChunk` answering "stop" ends the read early (resolves false).
+ * Resolves true at the body's end; rejects on its error.
+ */
+function pump(
+  body: Body,
+  onChunk: (b: Buffer) => "more" | "wait" | "stop",
+  resumeWhen: () => Promise<void>,
+): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const settle = (f: () => void) => {
+      if (settled) return;
+      settled = true;
+      body.off("data", onData);
+      body.off("end", onEnd);
+      body.off("error", onError);
+      body.off("close", onClose);
+      f();
+    };
+    const onData = (c: Buffer) => {
+      const next = onChunk(c);
+      if (next === "more") return;
+      if (next === "stop") return settle(() => resolve(false));
+      body.pause();
+      void resumeWhen().then(() => {
+        if (!settled) body.resume();
+      });
+    };
+    const onEnd = () => settle(() => resolve(true));
+    const onError = (err: Error) => settle(() => reject(err));
+    const onClose = () =>
+      settle(() =>
+        body.readableEnded ? resolve(true) : reject(new Error("the response body closed before its end")),
+      );
+    body.on("data", onData);
+    body.once("end", onEnd);
+    body.once("error", onError);
+    body.once("close", onClose);
+    settledAlready(body, onEnd, onError);
+    if (!settled) body.resume();
+  });
+}
+
 export async function forward(r: ForwardRequest): Promise<ForwardOutcome> {
   const failures: AttemptFailure[] = [];
   const fail = (endpoint: string, kind: RequestFailureKind, message: string) => {
@@ -160,22 +253,21 @@ export async function forward(r: ForwardRequest): Promise<ForwardOutcome> {
       fail(id, classify(err), describe(err));
       continue;
     }
-    up.body.on("error", () => {}); // errors surface through the iterator below
+    up.body.on("error", () => {}); // errors surface through firstChunk() and pump()
     if (up.statusCode >= 500 && !(r.passLastError && attempt === targets.length - 1)) {
       fail(id, "status", `HTTP ${up.statusCode}: ${await errorExcerpt(up.body)}`);
       continue;
     }
-    const it = up.body[Symbol.asyncIterator]();
-    let first: IteratorResult<Buffer>;
+    let first: Buffer | null;
     try {
-      first = await it.next();
+      first = await firstChunk(up.body);
     } catch (err) {
       if (r.signal.aborted) return { kind: "client-gone", endpoint: null };
       fail(id, classify(err), `before the first byte: ${describe(err)}`);
       continue;
     }
     r.onStarted(id, up.statusCode);
-    return stream(r, id, up, first, it, failures);
+    return stream(r, id, up, first, failures);
   }
   return { kind: "exhausted", failures };
 }
@@ -184,8 +276,7 @@ async function stream(
   r: ForwardRequest,
   id: string,
   up: Dispatcher.ResponseData,
-  first: IteratorResult<Buffer> | null,
-  it: AsyncIterator<Buffer>,
+  first: Buffer | null,
   failures: AttemptFailure[],
 ): Promise<ForwardOutcome> {
   const { res } = r;
@@ -200,57 +291,73 @@ async function stream(
     rw.start(up.statusCode, sse);
   }
   res.writeHead(up.statusCode, headers);
-  if (sse) res.flushHeaders(); // the first chunk may be held until its event is complete
   let bytes = 0;
   let pending: Buffer | null = null;
-  let tail = "";
-  const write = async (raw: Buffer) => {
+  // The last two pieces written, for the end of the stream a failure is judged by.
+  let last: Buffer | null = null;
+  let beforeLast: Buffer | null = null;
+  /** Writes a piece to the client; false when the client's buffer is full (wait for 'drain'). */
+  const write = (raw: Buffer): boolean => {
     const b = rw ? rw.chunk(raw) : raw;
-    if (b.length === 0) return;
+    if (b.length === 0) return true;
     bytes += b.length;
-    tail = (tail + b.subarray(-32).toString("latin1")).slice(-32);
-    if (!res.write(b)) await drained(res);
+    beforeLast = last;
+    last = b;
+    return res.write(b);
   };
-  const push = async (chunk: Buffer) => {
+  /** SSE goes out at event boundaries: a partial event is held until its end arrives. */
+  const push = (chunk: Buffer): boolean => {
     if (!sse) return write(chunk);
     const data = pending ? Buffer.concat([pending, chunk]) : chunk;
     const end = lastEventEnd(data);
     if (end < 0 && data.length < MAX_PENDING) {
       pending = data;
-      return;
+      return true;
     }
     const cut = end < 0 ? data.length : end;
     pending = cut < data.length ? data.subarray(cut) : null;
-    await write(data.subarray(0, cut));
+    return write(cut === data.length ? data : data.subarray(0, cut));
+  };
+  let gone = false;
+  const onChunk = (chunk: Buffer): "more" | "wait" | "stop" => {
+    const room = push(chunk);
+    if (responseGone(res)) {
+      gone = true;
+      return "stop";
+    }
+    return room ? "more" : "wait";
   };
   const status = up.statusCode;
   for (;;) {
     try {
-      let next = first ?? (await it.next());
-      first = null;
-      while (!next.done) {
-        await push(next.value);
-        if (responseGone(res)) {
-          up.body.destroy();
-          return { kind: "client-gone", endpoint: id };
-        }
-        next = await it.next();
+      if (first !== null) {
+        const next = onChunk(first);
+        first = null;
+        // The headers go out in one write with the first whole event; only a first chunk held
+        // for its event's end sends them alone, so the client sees the response start meanwhile.
+        if (sse && bytes === 0 && !gone) res.flushHeaders();
+        if (next === "wait") await drained(res);
+      }
+      if (!gone) await pump(up.body, onChunk, () => drained(res));
+      if (gone) {
+        up.body.destroy();
+        return { kind: "client-gone", endpoint: id };
       }
       break;
     } catch (err) {
       if (r.signal.aborted || responseGone(res)) return { kind: "client-gone", endpoint: id };
       const message = `upstream ${id} failed mid-response: ${describe(err)}`;
       const resumed = sse && r.migrate ? await r.migrate(id, message) : null;
-      if (resumed === null) return failedMidstream(r, sse, tail, id, status, bytes, message);
+      if (resumed === null)
+        return failedMidstream(r, sse, tailOf(beforeLast, last), id, status, bytes, message);
       // The dead upstream's partial event is dropped; the new one continues after the last whole one.
       pending = null;
       id = resumed.endpoint;
       up = resumed.up;
       up.body.on("error", () => {});
-      it = up.body[Symbol.asyncIterator]();
     }
   }
-  if (pending) await write(pending);
+  if (pending) write(pending);
   const rest = rw?.end();
   if (rest?.length) {
     bytes += rest.length;
@@ -258,6 +365,13 @@ async function stream(
   }
   res.end();
   return { kind: "completed", endpoint: id, status, bytes, failures };
+}
+
+/** The last 32 bytes written, as text. */
+function tailOf(beforeLast: Buffer | null, last: Buffer | null): string {
+  if (last === null) return "";
+  const t = last.length >= 32 || beforeLast === null ? last : Buffer.concat([beforeLast, last]);
+  return t.subarray(-32).toString("latin1");
 }
 
 function failedMidstream(

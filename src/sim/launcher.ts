@@ -31,6 +31,10 @@ export interface SpawnOptions {
   timeoutMs?: number;
   /** What the user can do about a timeout (appended to its message). */
   hint?: string;
+  /** Another tree's bin/kvgate (bench:relay's baseline); default this tree's. */
+  bin?: string;
+  /** Node flags before the script (e.g. --cpu-prof). */
+  nodeArgs?: string[];
 }
 
 const live = new Set<ChildProcess>();
@@ -58,7 +62,7 @@ export function adaptiveStartTimeoutMs(baseMs = 60_000, load = loadPerCpu()): nu
 }
 
 /** CPU seconds a process has used, from /proc (Linux); null where unavailable. */
-function cpuSecondsOf(pid: number | undefined): number | null {
+export function cpuSecondsOf(pid: number | undefined): number | null {
   if (pid === undefined) return null;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
@@ -96,7 +100,9 @@ export function spawnKvgate(name: string, args: string[], opts: number | SpawnOp
   const o: SpawnOptions = typeof opts === "number" ? { timeoutMs: opts } : opts;
   const timeoutMs = o.timeoutMs ?? adaptiveStartTimeoutMs();
   hookExit();
-  const proc = spawn(process.execPath, [KVGATE_BIN, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, [...(o.nodeArgs ?? []), o.bin ?? KVGATE_BIN, ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   live.add(proc);
   let out = "";
   let err = "";
