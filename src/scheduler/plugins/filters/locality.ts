@@ -14,10 +14,11 @@
  * — has reached `spillThreshold`; then the nearest other group with headroom joins, and so on. A
  * group itself saturated (≥ 1.0, the utilization detector's own line) is passed over — two busy
  * regions spilling into each other would only trade their traffic — and with none that has headroom
- * the traffic stays home. While a group spills, its
- * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
- * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
- * local endpoints with headroom stay in. Of the group that joined, only its endpoints below 1.0 are
+ * the traffic stays home. While a group spills, its endpoints that are themselves saturated (≥ 1.0)
+ * are left out, so the overflow goes to the group that joined instead of back to a warm local
+ * replica that the prefix scorer favours; local endpoints with headroom stay in, so a prefix group
+ * stays on the replica that holds its prompt until that replica is full and only then moves (the
+ * prefix scorers then keep it where it went). Of the group that joined, only its endpoints below 1.0 are
  * candidates: spilled traffic pays a round trip already and must not also queue behind a full remote
  * batch. Hysteresis: once a group spilled it keeps spilling until
  * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
@@ -246,13 +247,14 @@ export class LocalityFilter implements Filter {
       return groups[0];
     }
     this.#spilling.set(key, joined.length - 1);
-    // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
-    // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
-    // endpoints with headroom stay candidates beside the group that joined last.
+    // Spilling: the nearer groups' saturated endpoints (≥ 1.0) step aside, so the overflow really
+    // leaves (a warm, saturated local replica would otherwise keep winning on its prefix cache);
+    // their endpoints with headroom stay candidates beside the group that joined last. Not at
+    // spillThreshold: one cold prompt in flight lifts a replica past a low threshold, and stepping
+    // aside for it sends its prefix group's next requests to replicas that must prefill it afresh.
     const out: EndpointState[] = [];
     for (const g of joined.slice(0, -1))
-      for (const e of groups[g])
-        if (this.#saturation(e, now, inflight) < this.params.spillThreshold) out.push(e);
+      for (const e of groups[g]) if (this.#saturation(e, now, inflight) < 1) out.push(e);
     // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
     // behind a remote batch that is itself full (the group has some, or it was passed over above).
     for (const e of groups[joined[joined.length - 1]])
