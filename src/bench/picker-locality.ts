@@ -32,7 +32,9 @@ export async function spillSetPair(
   const twin = (await createScheduler(text, { seed })).scheduler;
   const [fs, ft] = [localityFilters(shadow), localityFilters(twin)];
   if (fs.length !== 1 || ft.length !== 1)
-    throw new Error(`${name}: needs exactly one locality-filter in its config, found ${fs.length}`);
+    throw new Error(
+      `${name}: needs exactly one locality-filter in its config, found ${fs.length}: use ${SPILL_SET} only on a locality config (e.g. locality${SPILL_SET})`,
+    );
   let captured: readonly EndpointState[] | null = null;
   const real = fs[0].filter.bind(fs[0]);
   fs[0].filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
