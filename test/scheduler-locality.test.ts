@@ -107,7 +107,7 @@ describe("locality-filter", () => {
     assert.deepEqual(run(f, [at("w:1", "us-west", "z"), at("x:1", "eu", "z")]), ["x:1"]);
   });
 
-  it("never returns an empty set; keeps an unsaturated origin local; drops only saturated local endpoints (property)", () => {
+  it("never returns an empty set; keeps an origin below spillThreshold local; drops only local endpoints at stepAsideThreshold (property)", () => {
     const regions = ["r0", "r1", "r2"];
     fc.assert(
       fc.property(
@@ -116,9 +116,17 @@ describe("locality-filter", () => {
           maxLength: 12,
         }),
         fc.constantFrom(...regions),
-        (specs, origin) => {
+        fc.constantFrom(0.2, 0.5, 1),
+        fc.constantFrom(undefined, 1),
+        (specs, origin, spillThreshold, stepAsideThreshold) => {
           const eps = specs.map((s, i) => at(`e${i}:1`, s.region, "z", s.q));
-          const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: origin }, labels: [REGION_LABEL] });
+          const f = new LocalityFilter("f", {
+            origin: { [REGION_LABEL]: origin },
+            labels: [REGION_LABEL],
+            spillThreshold,
+            recoverThreshold: spillThreshold / 2,
+            ...(stepAsideThreshold === undefined ? {} : { stepAsideThreshold }),
+          });
           const out = run(f, eps);
           assert.ok(out.length > 0);
           const local = specs.flatMap((s, i) =>
@@ -133,11 +141,13 @@ describe("locality-filter", () => {
           const localIds = local.map((l) => l.id).sort();
           // Other regions with endpoints and headroom (not saturated): the only places worth spilling to.
           const roomy = regions.filter((r) => r !== origin && mean(r) < 1);
-          if (mean(origin) < 1) assert.deepEqual(out, localIds, "an unsaturated origin stays local");
+          if (mean(origin) < spillThreshold) assert.deepEqual(out, localIds, "below the threshold: local");
           else if (roomy.length === 0) assert.deepEqual(out, localIds, "nowhere with headroom: stay home");
           else {
+            // A local endpoint steps aside at stepAsideThreshold (default: the spill threshold).
+            const aside = stepAsideThreshold ?? spillThreshold;
             for (const l of local)
-              assert.equal(out.includes(l.id), l.sat < 1, `${l.id} at saturation ${l.sat}`);
+              assert.equal(out.includes(l.id), l.sat < aside, `${l.id} at saturation ${l.sat}`);
             for (const id of out) {
               const r = specs[Number(id.slice(1, -2))].region;
               assert.ok(r === origin || roomy.includes(r), `${id} in ${r}, which is saturated`);
@@ -313,6 +323,23 @@ schedulingProfiles:
     const eps = [at("e:1", "us-east", "z", 5), at("w:1", "us-west", "z", 5), at("x:1", "us-west", "z", 0)];
     assert.deepEqual(run(f, eps), ["x:1"]);
     assert.equal(f.spilling({ [REGION_LABEL]: "us-east" }), 1);
+  });
+
+  it("with stepAsideThreshold 1, spilling at a low threshold keeps a busy but unsaturated local replica (and its prefix groups)", () => {
+    const params = {
+      origin: { [REGION_LABEL]: "us-east" },
+      labels: [REGION_LABEL],
+      spillThreshold: 0.2,
+      recoverThreshold: 0.1,
+    };
+    // Queues 3 and 5 (0.6 and 1.0, mean 0.8 ≥ 0.2): the region spills. a is busy but below 1.0 and
+    // holds its prompts' cache: it stays beside the remote replica; only the saturated b steps aside.
+    const eps = [at("a:1", "us-east", "z", 3), at("b:1", "us-east", "z", 5), at("w:1", "us-west", "z")];
+    const f = new LocalityFilter("f", { ...params, stepAsideThreshold: 1 });
+    assert.deepEqual(run(f, eps), ["a:1", "w:1"]);
+    assert.equal(f.spilling({ [REGION_LABEL]: "us-east" }), 1);
+    // By default both step aside at the spill threshold: only the remote replica is left.
+    assert.deepEqual(run(new LocalityFilter("g", params), eps), ["w:1"]);
   });
 
   it("with maxNumSeqs in a config, the scheduler stops sending to a replica once its own picks fill the batch", async () => {

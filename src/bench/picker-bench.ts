@@ -17,10 +17,11 @@
  * warm index fed from simulated KV events (picker-precise.ts), and are timed beside their approximate
  * twin (`<config>~approx`: the same config with the approximate producer); a ratio table compares them.
  *
- *   npm run bench:picker -- [--reps 5] [--calls 4000] [--warmup 3000] [--repeat 3] [--endpoints 8,64,256]
- *     [--configs default,llm-d-chart-default,pd] [--cold-configs default,llm-d-chart-default]
- *     [--pairs 2000] [--concurrency 1,8]
- *     [--time-scale 10000] [--no-gateway] [--no-decision] [--quick] [--json FILE]
+ * Locality configs: `<config>~home` never spills (thresholds out of reach); `<config>~spill-set` is
+ * the config deciding over the candidate list its locality-filter leaves, without the filter's cost
+ * (picker-locality.ts), so `<config>` against it is the locality step's own cost.
+ *
+ * Usage: see USAGE below (`npm run bench:picker -- --help`).
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -42,6 +43,7 @@ import {
   WORKLOAD_DEFAULTS,
 } from "./picker-decision.ts";
 import { type GatewayBenchResult, runGatewayBench } from "./picker-gateway.ts";
+import { SPILL_SET, spillSetPair } from "./picker-locality.ts";
 import { type MultiPoolStepResult, runMultiPoolStep } from "./picker-multi-pool.ts";
 import { approximateTwin, KvEventFeed, preciseIndexes, TokenizedWorkload } from "./picker-precise.ts";
 
@@ -52,32 +54,78 @@ const TARGET_ADDED_P50_US = 1000;
 /** Target from issue 17: the multi-pool step's p99 within 10% of today's decision p99. */
 const TARGET_MULTI_POOL_SHARE = 0.1;
 
-const { values: args } = parseArgs({
-  options: {
-    reps: { type: "string", default: "5" },
-    calls: { type: "string", default: "4000" },
-    warmup: { type: "string", default: "3000" },
-    repeat: { type: "string", default: "3" },
-    endpoints: { type: "string", default: "8,64,256" },
-    configs: {
-      type: "string",
-      default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~home",
+const USAGE = `Usage: npm run bench:picker -- [options]
+
+Times the endpoint picker's decision per example config and the latency kvgate serve adds.
+
+Options:
+  --reps N              repetitions; each cell reports the median of per-rep percentiles (default 5)
+  --calls N             timed decisions per cell and rep (default 4000)
+  --warmup N            untimed decisions before them (default 3000)
+  --repeat N            min-of-N diagnostic pass per request; 1 = off (default 3)
+  --endpoints LIST      endpoint counts (default 8,64,256)
+  --configs LIST        config/examples names; suffixes: ~approx (a precise config with the
+                        approximate producer), ~home (a locality config that never spills),
+                        ~spill-set (a locality config deciding over its filter's candidate list,
+                        without the filter) (default default,llm-d-chart-default,pd,precise-prefix,
+                        locality,locality~spill-set,locality~home)
+  --cold-configs LIST   configs also timed on prompts no endpoint has seen, at the largest size
+                        (default default,llm-d-chart-default; empty to skip)
+  --pairs N             gateway bench: direct/gateway request pairs per level (default 2000)
+  --concurrency LIST    gateway bench concurrency levels (default 1,8)
+  --time-scale N        the simulated replica's --time-scale (default 10000)
+  --no-gateway          skip the gateway bench
+  --no-decision         skip the decision bench
+  --quick               fewer reps and calls, for a smoke run
+  --json FILE           results file (default results/bench-picker.json)
+  -h, --help            print this and exit
+`;
+
+let parsed: ReturnType<typeof parseOptions>;
+try {
+  parsed = parseOptions();
+} catch (err) {
+  process.stderr.write(`bench:picker: ${(err as Error).message}\n\n${USAGE}`);
+  process.exit(2);
+}
+if (parsed.values.help === true) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const args = parsed.values;
+
+function parseOptions() {
+  return parseArgs({
+    options: {
+      help: { type: "boolean", short: "h", default: false },
+      reps: { type: "string", default: "5" },
+      calls: { type: "string", default: "4000" },
+      warmup: { type: "string", default: "3000" },
+      repeat: { type: "string", default: "3" },
+      endpoints: { type: "string", default: "8,64,256" },
+      configs: {
+        type: "string",
+        default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~spill-set,locality~home",
+      },
+      "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
+      pairs: { type: "string", default: "2000" },
+      concurrency: { type: "string", default: "1,8" },
+      "time-scale": { type: "string", default: "10000" },
+      "no-gateway": { type: "boolean", default: false },
+      "no-decision": { type: "boolean", default: false },
+      quick: { type: "boolean", default: false },
+      json: { type: "string", default: "results/bench-picker.json" },
     },
-    "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
-    pairs: { type: "string", default: "2000" },
-    concurrency: { type: "string", default: "1,8" },
-    "time-scale": { type: "string", default: "10000" },
-    "no-gateway": { type: "boolean", default: false },
-    "no-decision": { type: "boolean", default: false },
-    quick: { type: "boolean", default: false },
-    json: { type: "string", default: "results/bench-picker.json" },
-  },
-  strict: true,
-});
+    strict: true,
+  });
+}
 
 function posInt(name: string, v: string | undefined): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  if (!Number.isInteger(n) || n < 1) {
+    process.stderr.write(`bench:picker: --${name} must be a positive integer, got ${v} (see --help)\n`);
+    process.exit(2);
+  }
   return n;
 }
 const list = (name: string, v: string | undefined) => (v ?? "").split(",").map((x) => posInt(name, x.trim()));
@@ -163,6 +211,7 @@ const HOME = "~home";
  */
 function configText(name: string): string {
   if (name.endsWith(HOME)) return homeTwin(name.slice(0, -HOME.length));
+  if (name.endsWith(SPILL_SET)) return configText(name.slice(0, -SPILL_SET.length));
   const base = name.endsWith(TWIN) ? name.slice(0, -TWIN.length) : name;
   const text = readFileSync(resolve(ROOT, "config/examples", `${base}.yaml`), "utf8");
   if (base === name) return text;
@@ -219,6 +268,7 @@ function printDecisions(cells: DecisionCell[], cal: Percentiles): void {
       ` | fixed work: p99/p50 = ${(cal.p99 / cal.p50).toFixed(2)} is this machine's jitter`,
   );
   printPreciseRatios(cells);
+  printLocalityCost(cells);
   for (const c of cells.filter((x) => x.endpoints === 256 && !x.cold)) {
     const m = c.scheduleMinOfRepeats;
     console.log(
@@ -227,6 +277,33 @@ function printDecisions(cells: DecisionCell[], cal: Percentiles): void {
         (m === null
           ? ""
           : `; min-of-${repeat} ${f1(m.p99)} µs → ${m.p99 <= TARGET_DECISION_P99_US ? "PASS" : "FAIL"}`),
+    );
+  }
+}
+
+/**
+ * Each `<config>~spill-set` beside `<config>`: the same decision over the same candidates, with and
+ * without the locality-filter's work, so the difference is that step's own cost.
+ */
+function printLocalityCost(cells: DecisionCell[]): void {
+  const twins = cells.filter((c) => !c.cold && c.config.endsWith(SPILL_SET));
+  if (twins.length === 0) return;
+  console.log(
+    "\nLocality step's own cost, schedule() µs: the config spilling on every decision against its\n" +
+      `  ${SPILL_SET} twin (the same config deciding over the candidate list the filter left, without the filter):`,
+  );
+  console.log(
+    `${"config".padEnd(25)}${pad("eps", 4)} | with filter ${pad("p50", 5)}${pad("p99", 6)} | ${SPILL_SET} ${pad("p50", 5)}${pad("p99", 6)} | filter ${pad("p50", 6)}${pad("p99", 7)}`,
+  );
+  const signed = (x: number) => `${x >= 0 ? "+" : ""}${f1(x)}`;
+  for (const t of twins) {
+    const base = t.config.slice(0, -SPILL_SET.length);
+    const c = cells.find((x) => !x.cold && x.config === base && x.endpoints === t.endpoints);
+    if (c === undefined) continue;
+    console.log(
+      `${base.padEnd(25)}${pad(t.endpoints, 4)} |             ${pad(f1(c.schedule.p50), 5)}${pad(f1(c.schedule.p99), 6)}` +
+        ` |            ${pad(f1(t.schedule.p50), 5)}${pad(f1(t.schedule.p99), 6)}` +
+        ` |        ${pad(signed(c.schedule.p50 - t.schedule.p50), 6)}${pad(signed(c.schedule.p99 - t.schedule.p99), 7)}`,
     );
   }
 }
@@ -334,7 +411,13 @@ async function main(): Promise<void> {
       // gateway never produces: collect it before timing, or its major GC (concurrent marking,
       // slower stores while it runs) lands in this cell. Needs --expose-gc (npm run sets it).
       gc?.();
-      const { scheduler } = await createScheduler(text, { seed: 1 + rep });
+      // `~spill-set`: the timed twin decides over the list its untimed shadow's locality-filter left.
+      const { scheduler, shadow } = cell.config.endsWith(SPILL_SET)
+        ? await spillSetPair(cell.config, text, 1 + rep).then((p) => ({
+            scheduler: p.twin,
+            shadow: p.shadow,
+          }))
+        : { ...(await createScheduler(text, { seed: 1 + rep })), shadow: undefined };
       const endpoints = makeEndpoints(cell.n, cell.config === "pd");
       // Precise: token ids on every request, and KV events from the picks back into the index.
       const indexes = preciseIndexes(scheduler.plugins.values());
@@ -354,7 +437,7 @@ async function main(): Promise<void> {
         cell.cold ? cold : feed !== undefined ? tokenized : workload,
         cell.cold ? coldWarm : warmSpecs,
         cell.cold ? coldTimed : timedSpecs,
-        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat, feed },
+        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat, feed, shadow },
         7 + rep,
       );
       runs.set(keyOf(cell), [...(runs.get(keyOf(cell)) ?? []), run]);

@@ -246,6 +246,12 @@ export interface DecisionRunOptions {
     deliver(now: number): void;
     picked(req: RequestFacts, result: ScheduleResult, now: number): void;
   };
+  /**
+   * A scheduler that decides each request first, untimed, with its own copy of the request and
+   * its own in-flight lifecycle (picker-locality.ts: it computes the candidate list a `~spill-set`
+   * twin decides over).
+   */
+  shadow?: BenchScheduler;
 }
 
 export interface Percentiles {
@@ -321,12 +327,14 @@ export function runDecisions(
       head = 0;
     }
   };
+  const shadow = o.shadow === undefined ? null : shadowRunner(o.shadow, endpoints, workload, o.inflight);
   scrape(endpoints, rng, now);
   const feed = o.feed;
   for (let i = 0; i < warmupReqs.length; i++) {
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
     feed?.deliver(now);
+    shadow?.(warmupReqs[i], now, true);
     const req = workload.materialize(warmupReqs[i]);
     const r = scheduler.schedule(req, endpoints, now);
     scheduler.onPicked(req, r, now);
@@ -344,6 +352,7 @@ export function runDecisions(
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
     feed?.deliver(now);
+    shadow?.(timedReqs[i], now, true);
     const req = workload.materialize(timedReqs[i]);
     const t0 = process.hrtime.bigint();
     const r = scheduler.schedule(req, endpoints, now);
@@ -364,6 +373,7 @@ export function runDecisions(
   for (let i = 0; i < (o.repeat > 1 ? n : 0); i++) {
     let best = Number.POSITIVE_INFINITY;
     for (let k = 0; k < o.repeat; k++) {
+      shadow?.(timedReqs[i], now, false);
       const req = workload.materialize(timedReqs[i]);
       const t0 = process.hrtime.bigint();
       scheduler.schedule(req, endpoints, now);
@@ -382,5 +392,35 @@ export function runDecisions(
     scheduleMinOfRepeats: o.repeat > 1 ? percentiles(tMin) : null,
     hitRatio,
     targeted: targeted / n,
+  };
+}
+
+/**
+ * runDecisions' shadow: decides `spec` (a fresh copy of the request) before the timed scheduler
+ * does; with `learn`, also its onPicked() and its own FIFO in-flight window, as the timed one has.
+ */
+function shadowRunner(
+  shadow: BenchScheduler,
+  endpoints: EndpointState[],
+  workload: Workload,
+  window: number,
+): (spec: RequestSpec, now: number, learn: boolean) => void {
+  const inflight: { req: RequestFacts; id: string }[] = [];
+  let head = 0;
+  return (spec, now, learn) => {
+    const req = workload.materialize(spec);
+    const r = shadow.schedule(req, endpoints, now);
+    if (!learn) return;
+    shadow.onPicked(req, r, now);
+    if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
+    while (inflight.length - head > window) {
+      const f = inflight[head++];
+      shadow.onResponseStarted(f.req, f.id, now);
+      shadow.onResponseComplete(f.req, f.id, now);
+    }
+    if (head > 4096) {
+      inflight.splice(0, head);
+      head = 0;
+    }
   };
 }

@@ -14,10 +14,14 @@
  * — has reached `spillThreshold`; then the nearest other group with headroom joins, and so on. A
  * group itself saturated (≥ 1.0, the utilization detector's own line) is passed over — two busy
  * regions spilling into each other would only trade their traffic — and with none that has headroom
- * the traffic stays home. While a group spills, its
- * endpoints that are themselves at or above `spillThreshold` are left out, so the overflow goes
- * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
- * local endpoints with headroom stay in. Of the group that joined, only its endpoints below 1.0 are
+ * the traffic stays home. While a group spills, its endpoints that are themselves at or above
+ * `stepAsideThreshold` (default: `spillThreshold`) are left out, so the overflow goes to the group
+ * that joined instead of back to a warm local replica that the prefix scorer favours; the other
+ * local endpoints stay in. With `maxNumSeqs` (below), which sees a full batch at once, set it to 1.0:
+ * a replica then keeps its prefix groups until it is really saturated, and a group moves only then
+ * (the prefix scorers keep it where it went). At a low threshold, ordinary load (a queue of one, a
+ * cold prompt in flight) pushes warm replicas out, and with many prompts per region each step aside
+ * sends a group's next requests to replicas that must prefill it afresh. Of the group that joined, only its endpoints below 1.0 are
  * candidates: spilled traffic pays a round trip already and must not also queue behind a full remote
  * batch. Hysteresis: once a group spilled it keeps spilling until
  * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
@@ -51,6 +55,11 @@ export const localityParams = z
     spill: z.boolean().default(true),
     /** Saturation (≥ this) at which the next locality joins. */
     spillThreshold: z.number().positive().default(1),
+    /**
+     * While a locality spills, its endpoints at or above this saturation step aside (default: the
+     * spillThreshold). 1.0 with maxNumSeqs: see the header.
+     */
+    stepAsideThreshold: z.number().positive().optional(),
     /** Saturation (< this) at which a spilling locality takes its traffic back. */
     recoverThreshold: z.number().positive().default(0.8),
     /** The utilization measure's thresholds (utilization-detector's parameters and defaults). */
@@ -246,13 +255,13 @@ export class LocalityFilter implements Filter {
       return groups[0];
     }
     this.#spilling.set(key, joined.length - 1);
-    // Spilling: the nearer groups' saturated endpoints step aside, so the overflow really leaves
-    // (a warm, saturated local replica would otherwise keep winning on its prefix cache); their
-    // endpoints with headroom stay candidates beside the group that joined last.
+    // Spilling: the nearer groups' endpoints at stepAsideThreshold step aside, so the overflow
+    // really leaves (a warm, busy local replica would otherwise keep winning on its prefix cache);
+    // their other endpoints stay candidates beside the group that joined last.
     const out: EndpointState[] = [];
+    const stepAside = this.params.stepAsideThreshold ?? this.params.spillThreshold;
     for (const g of joined.slice(0, -1))
-      for (const e of groups[g])
-        if (this.#saturation(e, now, inflight) < this.params.spillThreshold) out.push(e);
+      for (const e of groups[g]) if (this.#saturation(e, now, inflight) < stepAside) out.push(e);
     // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
     // behind a remote batch that is itself full (the group has some, or it was passed over above).
     for (const e of groups[joined[joined.length - 1]])

@@ -1,0 +1,46 @@
+/**
+ * bench:picker's `<config>~spill-set` twin of a locality-filter config: the same config deciding
+ * over the very candidate list its locality-filter leaves, without paying for the filter. A shadow
+ * scheduler of the config itself runs each decision first, untimed (runDecisions' `shadow`), and
+ * its filter's output is captured; the timed twin's filter only hands that list back. So the gap
+ * between `<config>` and `<config>~spill-set` is the locality step's own cost, not the cost of
+ * scoring a different number of candidates (spilling leaves both regions' unsaturated replicas).
+ */
+import { LOCALITY_FILTER_TYPE } from "../scheduler/plugins/filters/locality.ts";
+import { createScheduler, type Scheduler } from "../scheduler/scheduler.ts";
+import type { CycleState, EndpointState, Filter } from "../scheduler/types.ts";
+
+export const SPILL_SET = "~spill-set";
+
+function localityFilters(s: Scheduler): Filter[] {
+  const out: Filter[] = [];
+  for (const p of s.plugins.values())
+    if ((p as Partial<Filter>).typedName?.type === LOCALITY_FILTER_TYPE) out.push(p as Filter);
+  return out;
+}
+
+/**
+ * The twin (timed) and its shadow (untimed), both built from `text`, seeded alike. Throws when the
+ * config has no locality-filter or more than one (the captured list would be ambiguous).
+ */
+export async function spillSetPair(
+  name: string,
+  text: string,
+  seed: number,
+): Promise<{ twin: Scheduler; shadow: Scheduler }> {
+  const shadow = (await createScheduler(text, { seed })).scheduler;
+  const twin = (await createScheduler(text, { seed })).scheduler;
+  const [fs, ft] = [localityFilters(shadow), localityFilters(twin)];
+  if (fs.length !== 1 || ft.length !== 1)
+    throw new Error(
+      `${name}: needs exactly one locality-filter in its config, found ${fs.length}: use ${SPILL_SET} only on a locality config (e.g. locality${SPILL_SET})`,
+    );
+  let captured: readonly EndpointState[] | null = null;
+  const real = fs[0].filter.bind(fs[0]);
+  fs[0].filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
+    captured = real(cycle, eps);
+    return captured;
+  };
+  ft[0].filter = (_cycle: CycleState, eps: readonly EndpointState[]) => captured ?? eps;
+  return { twin, shadow };
+}
