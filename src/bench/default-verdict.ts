@@ -1,0 +1,229 @@
+/**
+ * bench:default-verdict — issue 9's "the default never loses", checked the way a user would: every
+ * shipped traffic-shape scenario, at several seeds (other draws of the same shape) and optionally at a
+ * tenth of its size (`--quick`), simulated with all its routers by `kvgate simulate`. Per run, the
+ * default config against the best other router on each figure separately — output tokens/s within 2%,
+ * TTFT p90 and p99 no more than 10% worse — over the whole run and in every measured (non-warm-up)
+ * stage, printed as PASS/MISS with the figure that missed. Simulated figures; deterministic for a seed.
+ * Writes JSON (default results/bench-default-verdict.json).
+ *
+ *   npm run bench:default-verdict -- [--scenarios mixed-length,multi-turn] [--seeds 42,7,3] [--quick]
+ *     [--jobs 2] [--json FILE]
+ */
+import { execFile } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs, promisify } from "node:util";
+import { table } from "./format.ts";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const SCENARIOS = [
+  "shared-prefix-73",
+  "multi-turn",
+  "mixed-length",
+  "no-sharing-overload",
+  "tutorial-steady",
+  "tutorial",
+];
+/** Issue 9's margins: throughput within 2% of the best other router, TTFT p90/p99 at most 10% worse. */
+const THROUGHPUT_MARGIN = 0.02;
+const TTFT_MARGIN = 0.1;
+const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seeds 42,7,3] [--quick] [--jobs N] [--json FILE]
+  --scenarios  scenario names under scenarios/ (default ${SCENARIOS.join(",")})
+  --seeds      seeds to run each scenario at (default 42,7,3)
+  --quick      each workload at a tenth of its size (another size of the same shape)
+  --jobs       routers simulated at once per scenario (kvgate simulate --jobs; default 2)`;
+
+interface Figures {
+  out: number;
+  p90: number;
+  p99: number;
+}
+/** One figure of the default against the best other router on it. */
+export interface Check {
+  scope: string;
+  metric: "out tok/s" | "TTFT p90" | "TTFT p99";
+  value: number;
+  best: number;
+  bestRouter: string;
+  /** Signed: positive = the default is worse by this fraction. */
+  worse: number;
+  pass: boolean;
+}
+
+interface RunJson {
+  router: string;
+  output_tokens_per_s: number;
+  ttft_p90_s: number;
+  ttft_p99_s: number;
+  stages: {
+    index: number;
+    rate: number;
+    warmup?: boolean;
+    output_tokens_per_s: number;
+    ttft_p90_s: number;
+    ttft_p99_s: number;
+  }[];
+}
+
+const figures = (r: { output_tokens_per_s: number; ttft_p90_s: number; ttft_p99_s: number }): Figures => ({
+  out: r.output_tokens_per_s,
+  p90: r.ttft_p90_s,
+  p99: r.ttft_p99_s,
+});
+
+/** The default's figures in one scope against each other router's: one Check per metric. */
+export function compare(scope: string, mine: Figures, others: [string, Figures][]): Check[] {
+  if (others.length === 0) return [];
+  const best = (key: keyof Figures, higher: boolean) =>
+    others.reduce((a, b) => ((higher ? b[1][key] > a[1][key] : b[1][key] < a[1][key]) ? b : a));
+  const [outR, outB] = best("out", true);
+  const out: Check = {
+    scope,
+    metric: "out tok/s",
+    value: mine.out,
+    best: outB.out,
+    bestRouter: outR,
+    worse: outB.out > 0 ? (outB.out - mine.out) / outB.out : 0,
+    pass: mine.out >= outB.out * (1 - THROUGHPUT_MARGIN),
+  };
+  const latency = (key: "p90" | "p99", metric: Check["metric"]): Check => {
+    const [r, b] = best(key, false);
+    return {
+      scope,
+      metric,
+      value: mine[key],
+      best: b[key],
+      bestRouter: r,
+      worse: b[key] > 0 ? (mine[key] - b[key]) / b[key] : 0,
+      pass: mine[key] <= b[key] * (1 + TTFT_MARGIN),
+    };
+  };
+  return [out, latency("p90", "TTFT p90"), latency("p99", "TTFT p99")];
+}
+
+/** Every check of one simulate run: the whole run, then each measured stage. */
+export function verdict(runs: RunJson[], mine = "default"): Check[] {
+  const me = runs.find((r) => r.router === mine);
+  if (!me) throw new Error(`no router "${mine}" in the run; the scenario must list it`);
+  const others = runs.filter((r) => r !== me);
+  const checks = compare(
+    "run",
+    figures(me),
+    others.map((r) => [r.router, figures(r)]),
+  );
+  for (const s of me.stages) {
+    if (s.warmup) continue;
+    const peers = others.flatMap((r): [string, Figures][] => {
+      const t = r.stages.find((x) => x.index === s.index);
+      return t ? [[r.router, figures(t)]] : [];
+    });
+    checks.push(...compare(`stage ${s.index + 1} (${s.rate} QPS)`, figures(s), peers));
+  }
+  return checks;
+}
+
+const run = promisify(execFile);
+
+async function simulate(scenario: string, seed: number, quick: boolean, jobs: number, dir: string) {
+  const out = join(dir, `${scenario}-${seed}${quick ? "-quick" : ""}.json`);
+  const args = [
+    join(ROOT, "bin/kvgate"),
+    "simulate",
+    join(ROOT, "scenarios", `${scenario}.yaml`),
+    "--seed",
+    String(seed),
+    "--jobs",
+    String(jobs),
+    "--json",
+    out,
+    ...(quick ? ["--quick"] : []),
+  ];
+  const t0 = performance.now();
+  await run(process.execPath, args, { maxBuffer: 64 * 1024 * 1024 });
+  const wall = (performance.now() - t0) / 1000;
+  const json = JSON.parse(readFileSync(out, "utf8")) as { runs: RunJson[] };
+  return { runs: json.runs, wall };
+}
+
+const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`;
+const fmt = (c: Check) =>
+  c.metric === "out tok/s" ? Math.round(c.value).toLocaleString("en-US") : `${c.value.toFixed(3)} s`;
+
+async function main(): Promise<void> {
+  const { values: a } = parseArgs({
+    options: {
+      scenarios: { type: "string", default: SCENARIOS.join(",") },
+      seeds: { type: "string", default: "42,7,3" },
+      quick: { type: "boolean", default: false },
+      jobs: { type: "string", default: "2" },
+      json: { type: "string", default: "results/bench-default-verdict.json" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (a.help) {
+    console.log(USAGE);
+    return;
+  }
+  const scenarios = (a.scenarios ?? "").split(",").filter(Boolean);
+  const seeds = (a.seeds ?? "").split(",").map(Number);
+  if (seeds.some((s) => !Number.isInteger(s) || s < 0))
+    throw new Error(`--seeds must be non-negative integers separated by commas, got ${a.seeds}\n${USAGE}`);
+  const jobs = Number(a.jobs);
+  if (!Number.isInteger(jobs) || jobs < 1)
+    throw new Error(`--jobs must be a positive integer, got ${a.jobs}`);
+  const quick = a.quick === true;
+  const dir = mkdtempSync(join(os.tmpdir(), "kvgate-verdict-"));
+  const results: { scenario: string; seed: number; quick: boolean; wallS: number; checks: Check[] }[] = [];
+  const rows: string[][] = [];
+  try {
+    for (const scenario of scenarios)
+      for (const seed of seeds) {
+        process.stderr.write(`[${scenario} seed ${seed}${quick ? " quick" : ""}] simulating…\n`);
+        const { runs, wall } = await simulate(scenario, seed, quick, jobs, dir);
+        const checks = verdict(runs);
+        results.push({ scenario, seed, quick, wallS: wall, checks });
+        const misses = checks.filter((c) => !c.pass);
+        const run = checks.filter((c) => c.scope === "run");
+        rows.push([
+          scenario,
+          String(seed),
+          ...run.map((c) => `${fmt(c)} (${pct(c.worse)} vs ${c.bestRouter})`),
+          misses.length === 0
+            ? "PASS"
+            : `MISS: ${misses.map((c) => `${c.scope} ${c.metric} ${pct(c.worse)} vs ${c.bestRouter}`).join("; ")}`,
+        ]);
+      }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  console.log(
+    `\nbench:default-verdict — default vs the best other router per figure (simulated; + = the default is worse; targets: out tok/s ≥ −${THROUGHPUT_MARGIN * 100}%, TTFT p90/p99 ≤ +${TTFT_MARGIN * 100}%, whole run and every measured stage)${quick ? ", workloads at a tenth of their size" : ""}:\n`,
+  );
+  console.log(table(["scenario", "seed", "out tok/s", "TTFT p90", "TTFT p99", "verdict"], rows));
+  const path = resolve(ROOT, a.json ?? "results/bench-default-verdict.json");
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(
+    path,
+    `${JSON.stringify(
+      {
+        benchmark: "default-verdict",
+        simulated: true,
+        command: `npm run bench:default-verdict -- ${process.argv.slice(2).join(" ")}`.trim(),
+        margins: { throughput: THROUGHPUT_MARGIN, ttft: TTFT_MARGIN },
+        results,
+      },
+      null,
+      2,
+    )}\n`,
+  );
+  console.log(`\nwrote ${path}`);
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url))
+  main().catch((err: Error) => {
+    console.error(`bench:default-verdict: ${err.message}`);
+    process.exit(2);
+  });

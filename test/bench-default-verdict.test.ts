@@ -1,0 +1,62 @@
+/**
+ * bench:default-verdict's judgement: each figure against the best other router on that figure, the
+ * margins (2% throughput, 10% TTFT) applied at their edges, warm-up stages skipped, a stage missing
+ * from a router's run compared only among those that have it.
+ */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { compare, verdict } from "../src/bench/default-verdict.ts";
+
+const stage = (index: number, out: number, p90: number, p99: number, warmup = false) => ({
+  index,
+  rate: 10 * (index + 1),
+  warmup,
+  output_tokens_per_s: out,
+  ttft_p90_s: p90,
+  ttft_p99_s: p99,
+});
+const run = (router: string, out: number, p90: number, p99: number, stages: ReturnType<typeof stage>[]) => ({
+  router,
+  output_tokens_per_s: out,
+  ttft_p90_s: p90,
+  ttft_p99_s: p99,
+  stages,
+});
+
+test("each figure is judged against the router best on that figure, at the 2% and 10% margins", () => {
+  const checks = compare("run", { out: 980, p90: 1.1, p99: 2.3 }, [
+    ["fast", { out: 1000, p90: 5, p99: 9 }],
+    ["snappy", { out: 900, p90: 1.0, p99: 2.0 }],
+  ]);
+  const [out, p90, p99] = checks;
+  assert.equal(out.bestRouter, "fast");
+  assert.ok(out.pass, "2.0% below the best is within the margin");
+  assert.ok(Math.abs(out.worse - 0.02) < 1e-12);
+  assert.equal(p90.bestRouter, "snappy");
+  assert.ok(p90.pass, "10% above the best p90 is within the margin");
+  assert.equal(p99.bestRouter, "snappy");
+  assert.equal(p99.pass, false, "15% above the best p99 misses");
+  const slower = compare("run", { out: 979, p90: 1, p99: 2 }, [["fast", { out: 1000, p90: 1, p99: 2 }]]);
+  assert.equal(slower[0].pass, false, "2.1% below the best misses");
+});
+
+test("a run is judged overall and in every measured stage; warm-up stages are skipped", () => {
+  const checks = verdict([
+    run("default", 1000, 1, 2, [stage(0, 1, 99, 99, true), stage(1, 500, 1, 2), stage(2, 480, 1, 2)]),
+    run("other", 990, 1, 2, [stage(0, 900, 0.1, 0.1, true), stage(1, 495, 1, 2), stage(2, 500, 1, 2)]),
+  ]);
+  assert.deepEqual(
+    [...new Set(checks.map((c) => c.scope))],
+    ["run", "stage 2 (20 QPS)", "stage 3 (30 QPS)"],
+    "the warm-up stage is not judged",
+  );
+  const misses = checks.filter((c) => !c.pass);
+  assert.deepEqual(
+    misses.map((c) => [c.scope, c.metric, c.bestRouter]),
+    [["stage 3 (30 QPS)", "out tok/s", "other"]],
+  );
+});
+
+test("a scenario without the default router is refused with what to do", () => {
+  assert.throws(() => verdict([run("other", 1, 1, 1, [])]), /no router "default".*must list it/);
+});
