@@ -7,7 +7,8 @@
  *   kv-pressure-scorer     kvgate-only: 1 − min(1, kvCacheUsagePercent + tokens picked since that scrape
  *                          / KV capacity) — llm-d's kv-cache-utilization-scorer without the scrape lag
  *   decode-load-scorer     kvgate-only: active-request-scorer's (max − load)/max with load counted in
- *                          context tokens, Σ (whole prompt + requestTokens) over in-flight requests
+ *                          context tokens, Σ (whole prompt + requestTokens) over in-flight requests;
+ *                          a replica with every sequence slot taken scores 0 (slot-cap.ts)
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -16,6 +17,7 @@ import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../.
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
 import { minMaxLowerIsBetter } from "./metrics.ts";
+import { SlotCap } from "./slot-cap.ts";
 
 const producerParam = z.string().min(1).optional();
 const inflightNeed = () => [
@@ -141,6 +143,12 @@ export const decodeLoadParams = z.strictObject({
    * 8B model; BLIS's trained-physics β6) plus the output it accumulates while it decodes.
    */
   requestTokens: z.number().int().nonnegative().default(256),
+  /**
+   * The replicas' vLLM `--max-num-seqs`: a replica with that many of the gateway's requests in
+   * flight has no free sequence slot, and a new request there waits for one to end. Unset: learned
+   * per replica from its scrapes (the running count whenever requests were left waiting).
+   */
+  maxNumSeqs: z.number().int().positive().optional(),
   inFlightLoadProducerName: producerParam,
 });
 
@@ -161,17 +169,49 @@ export class DecodeLoadScorer extends InflightScorer {
     super("decode-load-scorer", name, params.inFlightLoadProducerName as string);
   }
 
+  /** Learned sequence slots per endpoint: the most requests seen running while others waited. */
+  readonly #slots = new Map<string, SlotCap>();
+  readonly #full = new ScoreBuffer();
+
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const info = this.info(cycle);
     const loads = requestCounts(cycle, endpoints, info, this.out.get(endpoints.length));
     const per = this.params.requestTokens;
     const n = loads.length;
+    const full = this.#full.get(n);
+    let free = 0;
     const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
     for (let i = 0; i < n; i++) {
+      const slots = this.#slotsOf(endpoints[i]);
+      full[i] = slots !== undefined && loads[i] >= slots ? loads[i] - slots + 1 : 0;
+      if (full[i] === 0) free++;
       const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
       loads[i] = loads[i] * per + context;
     }
-    return relativeLoad(loads, 0, 1);
+    if (free === n) return relativeLoad(loads, 0, 1);
+    // A replica with every sequence slot taken is saturated for a new request, which would wait
+    // there for a running one to end: it scores 0, below every replica with a free slot, even the
+    // one with the most context (which keeps one request's worth above 0). When none has a free
+    // slot, fewer requests waiting for one scores higher.
+    if (free === 0) return relativeLoad(full, 0, 1);
+    let max = 0;
+    for (let i = 0; i < n; i++) if (loads[i] > max) max = loads[i];
+    const room = Math.max(per, 1);
+    for (let i = 0; i < n; i++) loads[i] = full[i] > 0 ? 0 : (max - loads[i] + room) / (max + room);
+    return loads;
+  }
+
+  #slotsOf(e: EndpointState): number | undefined {
+    if (this.params.maxNumSeqs !== undefined) return this.params.maxNumSeqs;
+    const m = e.metrics;
+    let s = this.#slots.get(e.id);
+    if (m === null) return s?.known;
+    if (s === undefined) {
+      s = new SlotCap();
+      this.#slots.set(e.id, s);
+    }
+    s.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
+    return s.known;
   }
 }
 
