@@ -13,7 +13,14 @@
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
 import { ScoreBuffer } from "../../scores.ts";
-import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
+import type {
+  CycleState,
+  DataKey,
+  EndpointPositions,
+  EndpointState,
+  Scorer,
+  TypedName,
+} from "../../types.ts";
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
 import { minMaxLowerIsBetter } from "./metrics.ts";
@@ -169,8 +176,12 @@ export class DecodeLoadScorer extends InflightScorer {
     super("decode-load-scorer", name, params.inFlightLoadProducerName as string);
   }
 
-  /** Learned sequence slots per endpoint: the most requests seen running while others waited. */
+  /** Each endpoint's sequence-slot cap, read from its scrapes (unless maxNumSeqs is set). */
   readonly #slots = new Map<string, SlotCap>();
+  /** #slots by position in the candidate list last seen, so a full scan needs no lookup by id. */
+  #slotsAt: SlotCap[] = [];
+  #aligned: EndpointPositions | null = null;
+  #alignedVersion = -1;
   readonly #full = new ScoreBuffer();
 
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
@@ -181,11 +192,13 @@ export class DecodeLoadScorer extends InflightScorer {
     const full = this.#full.get(n);
     let free = 0;
     const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
+    const caps = this.params.maxNumSeqs === undefined ? this.#capsAt(cycle, endpoints) : null;
     for (let i = 0; i < n; i++) {
-      const slots = this.#slotsOf(endpoints[i]);
+      const e = endpoints[i];
+      const slots = this.params.maxNumSeqs ?? this.#slotsOf(caps !== null ? caps[i] : this.#cap(e.id), e);
       full[i] = slots !== undefined && loads[i] >= slots ? loads[i] - slots + 1 : 0;
       if (full[i] === 0) free++;
-      const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
+      const context = at !== null ? at[i] : (info.contextTokens?.(e.id) ?? 0);
       loads[i] = loads[i] * per + context;
     }
     if (free === n) return relativeLoad(loads, 0, 1);
@@ -201,17 +214,37 @@ export class DecodeLoadScorer extends InflightScorer {
     return loads;
   }
 
-  #slotsOf(e: EndpointState): number | undefined {
-    if (this.params.maxNumSeqs !== undefined) return this.params.maxNumSeqs;
-    const m = e.metrics;
-    let s = this.#slots.get(e.id);
-    if (m === null) return s?.known;
+  #cap(id: string): SlotCap {
+    let s = this.#slots.get(id);
     if (s === undefined) {
       s = new SlotCap();
-      this.#slots.set(e.id, s);
+      this.#slots.set(id, s);
     }
-    s.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
-    return s.known;
+    return s;
+  }
+
+  /** The caps of the candidate list by position; null for another list or without positions. */
+  #capsAt(cycle: CycleState, endpoints: readonly EndpointState[]): SlotCap[] | null {
+    if (endpoints !== cycle.candidates) return null;
+    const positions = cycle.positions(endpoints);
+    if (positions === null) return null;
+    if (
+      positions !== this.#aligned ||
+      positions.version !== this.#alignedVersion ||
+      this.#slotsAt.length !== endpoints.length
+    ) {
+      this.#slotsAt = endpoints.map((e) => this.#cap(e.id));
+      this.#aligned = positions;
+      this.#alignedVersion = positions.version;
+    }
+    return this.#slotsAt;
+  }
+
+  #slotsOf(cap: SlotCap, e: EndpointState): number | undefined {
+    const m = e.metrics;
+    if (m !== null)
+      cap.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
+    return cap.known;
   }
 }
 
