@@ -429,5 +429,11 @@ describe("SlotCap", () => {
     for (let t = 0; t < 20; t++) cap.observe(t, 10, 0);
     for (let t = 20; t < 40; t++) cap.observe(t, 9, 1);
     assert.equal(cap.known, undefined, "running 9 + 1 arriving never exceeded the 10 seen");
+    // At the highest count with one request waiting, scrape after scrape: each may be a request that
+    // arrived since the last step (mixed-length read a cap of 17 from such a plateau, 1,024 slots).
+    for (let t = 40; t < 60; t++) cap.observe(t, 10, 1);
+    assert.equal(cap.known, undefined);
+    for (let t = 60; t < 65; t++) cap.observe(t, 10, 2);
+    assert.equal(cap.known, 10);
   });
 });

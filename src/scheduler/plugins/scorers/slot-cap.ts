@@ -8,7 +8,7 @@
  * count wandering below its maximum instead, so those never read as a cap: the cap is known once
  * at least `SLOT_SCRAPES` scrapes with more requests than that count (running + waiting) were taken
  * since the highest running count was first seen, and at least half of them show exactly that
- * count. Scrapes at ≥ 90% KV utilisation are skipped (requests there wait for KV blocks). A count
+ * count with two or more waiting (one may be a request that arrived since the last step). Scrapes at ≥ 90% KV utilisation are skipped (requests there wait for KV blocks). A count
  * read too low (a plateau of arrivals that waited one step) is dropped at the first scrape that
  * runs more.
  */
@@ -32,8 +32,12 @@ export class SlotCap {
     // Fewer requests than the highest running count: no slot was lacking (a request that arrived
     // since the last step waits for the next one on any replica).
     if (waiting <= 0 || running + waiting <= this.#max) return;
+    if (running === this.#max) {
+      // One waiting request at the highest count may be a lone arrival since the last step.
+      if (waiting < 2) return;
+      this.#atMax++;
+    }
     this.#waiting++;
-    if (running === this.#max) this.#atMax++;
   }
 
   /** The learned cap, or undefined while the scrapes show none. */
