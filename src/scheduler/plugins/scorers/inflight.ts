@@ -167,6 +167,11 @@ export const decodeLoadParams = z.strictObject({
  * producer's own counts (no scrape lag). Without `contextTokens` from the producer, requests only.
  * With peer gateways (src/scheduler/sync.ts) their requests count at `requestTokens` each: the sync
  * carries request and un-prefilled token counts, not prompts held.
+ *
+ * Sequence slots: a replica with as many requests in flight as it has slots (`maxNumSeqs`, or the
+ * cap its scrapes show, slot-cap.ts) makes a new request wait for a running one to end, which no
+ * context count shows: it scores 0 while another replica has a free slot (which all score above 0);
+ * when none has, the fewest requests beyond the cap wins.
  */
 export class DecodeLoadScorer extends InflightScorer {
   constructor(
