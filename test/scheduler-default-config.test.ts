@@ -5,9 +5,11 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { before, describe, it } from "node:test";
+import fc from "fast-check";
 import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
 import { PrefillRateEstimator } from "../src/scheduler/plugins/inflight/prefill-rate.ts";
+import { SlotCap } from "../src/scheduler/plugins/scorers/slot-cap.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
 import type { EndpointState, RequestFacts } from "../src/scheduler/types.ts";
@@ -322,5 +324,116 @@ plugins:
   it("drops what a newer scrape already shows", async () => {
     // A scrape at 0.015 (still 0.30 / 0.32) covers the first pick: the second sees a as fresh again.
     assert.deepEqual(await picks("kv-pressure-scorer", 0.015), ["a:1", "a:1", "b:1", "a:1"]);
+  });
+});
+
+describe("default config: a replica with every sequence slot taken", () => {
+  /**
+   * a:1 decodes four short chats, b:1 one long document (more context than a's four). a's scrapes
+   * say `aRunning` running with `aWaiting` waiting; `scrapes` of them are read (one request each,
+   * never picked) before the question that is checked. Returns its winners over several seeds.
+   */
+  async function winners(config: string, aRunning: number[], aWaiting: number) {
+    const out = new Set<string>();
+    for (let seed = 1; seed <= 6; seed++) {
+      const { scheduler } = await createScheduler(config, { hasher: h, seed });
+      await decoding(
+        scheduler,
+        completion("doc", `${"a long contract clause. ".repeat(400)}summary?`),
+        endpoint("b:1"),
+        0,
+      );
+      for (let i = 0; i < 4; i++)
+        await decoding(scheduler, completion(`s${i}`, `hello ${i}?`), endpoint("a:1"), 0);
+      const m = { kvCacheUsagePercent: 0.2, cacheNumBlocks: 1000, cacheBlockSize: 16 };
+      const pool = (t: number, running: number) => [
+        endpoint("a:1", { ...m, runningRequestsSize: running, waitingQueueSize: aWaiting, updateTime: t }),
+        endpoint("b:1", { ...m, runningRequestsSize: 1, updateTime: t }),
+      ];
+      for (const [k, r] of aRunning.entries())
+        scheduler.schedule(completion(`p${k}`, "ping?"), pool(1 + k, r), 1 + k);
+      const t = 1 + aRunning.length;
+      out.add(scheduler.schedule(completion("q", "what time is it?"), pool(t, 4), t).target?.id ?? "none");
+    }
+    return out;
+  }
+
+  it("loses to a replica with a free slot, though that one holds more context", async () => {
+    // Without a sign of a full batch, the document's context makes b the busier replica.
+    assert.deepEqual([...(await winners(DEFAULT, [4, 4, 4, 4, 4, 4], 0))], ["a:1"]);
+    // a's scrapes show four running and two waiting, scrape after scrape: four is its cap (vLLM's
+    // --max-num-seqs, which no metric exports), and a's four requests in flight fill it.
+    assert.deepEqual([...(await winners(DEFAULT, [4, 4, 4, 4, 4, 4], 2))], ["b:1"]);
+    // Set by hand, the cap needs no scrapes.
+    const set = DEFAULT.replace(
+      "- type: decode-load-scorer\n",
+      "- type: decode-load-scorer\n  parameters:\n    maxNumSeqs: 4\n",
+    );
+    assert.notEqual(set, DEFAULT);
+    assert.deepEqual([...(await winners(set, [], 0))], ["b:1"]);
+  });
+
+  it("is not read from requests waiting while the running count wanders below its highest", async () => {
+    // Waiting behind a step's token budget or KV leaves the running count below its maximum: no cap.
+    assert.deepEqual([...(await winners(DEFAULT, [4, 2, 3, 1, 3, 2, 3], 3))], ["a:1"]);
+  });
+});
+
+describe("SlotCap", () => {
+  it("is known after a plateau of scrapes with requests waiting, each scrape counted once", () => {
+    const cap = new SlotCap();
+    for (let t = 0; t < 4; t++) {
+      cap.observe(t, 64, 3);
+      cap.observe(t, 64, 3);
+    }
+    assert.equal(cap.known, undefined, "four distinct scrapes are not enough");
+    cap.observe(4, 63, 5);
+    cap.observe(5, 64, 2);
+    assert.equal(cap.known, 64);
+    // A higher running count later, even with KV full: the cap was wrong; it must be shown again.
+    cap.observe(6, 80, 1, 0.95);
+    assert.equal(cap.known, undefined);
+  });
+
+  it("is not read while KV is full: those requests wait for blocks, not slots", () => {
+    const cap = new SlotCap();
+    for (let t = 0; t < 20; t++) cap.observe(t, 30, 4, 0.97);
+    assert.equal(cap.known, undefined);
+    for (let t = 20; t < 25; t++) cap.observe(t, 30, 4, 0.5);
+    assert.equal(cap.known, 30);
+  });
+
+  it("ignores a request that arrived since the last step, and never learns from idle scrapes", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 200 }), fc.integer({ min: 0, max: 50 })), {
+          maxLength: 60,
+        }),
+        (scrapes) => {
+          const cap = new SlotCap();
+          let max = 0;
+          scrapes.forEach(([running, waiting], t) => {
+            cap.observe(t, running, waiting);
+            max = Math.max(max, running);
+          });
+          const known = cap.known;
+          // Only ever the highest running count seen, and only after requests waited beyond it.
+          if (known !== undefined) {
+            assert.equal(known, max);
+            assert.ok(scrapes.some(([r, w]) => w > 0 && r === max && r + w > max));
+          }
+        },
+      ),
+    );
+    const cap = new SlotCap();
+    for (let t = 0; t < 20; t++) cap.observe(t, 10, 0);
+    for (let t = 20; t < 40; t++) cap.observe(t, 9, 1);
+    assert.equal(cap.known, undefined, "running 9 + 1 arriving never exceeded the 10 seen");
+    // At the highest count with one request waiting, scrape after scrape: each may be a request that
+    // arrived since the last step (mixed-length read a cap of 17 from such a plateau, 1,024 slots).
+    for (let t = 40; t < 60; t++) cap.observe(t, 10, 1);
+    assert.equal(cap.known, undefined);
+    for (let t = 60; t < 65; t++) cap.observe(t, 10, 2);
+    assert.equal(cap.known, 10);
   });
 });

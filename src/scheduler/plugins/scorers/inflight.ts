@@ -7,15 +7,24 @@
  *   kv-pressure-scorer     kvgate-only: 1 − min(1, kvCacheUsagePercent + tokens picked since that scrape
  *                          / KV capacity) — llm-d's kv-cache-utilization-scorer without the scrape lag
  *   decode-load-scorer     kvgate-only: active-request-scorer's (max − load)/max with load counted in
- *                          context tokens, Σ (whole prompt + requestTokens) over in-flight requests
+ *                          context tokens, Σ (whole prompt + requestTokens) over in-flight requests;
+ *                          a replica with every sequence slot taken scores 0 (slot-cap.ts)
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
 import { ScoreBuffer } from "../../scores.ts";
-import type { CycleState, DataKey, EndpointState, Scorer, TypedName } from "../../types.ts";
+import type {
+  CycleState,
+  DataKey,
+  EndpointPositions,
+  EndpointState,
+  Scorer,
+  TypedName,
+} from "../../types.ts";
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
 import { minMaxLowerIsBetter } from "./metrics.ts";
+import { SlotCap } from "./slot-cap.ts";
 
 const producerParam = z.string().min(1).optional();
 const inflightNeed = () => [
@@ -141,6 +150,12 @@ export const decodeLoadParams = z.strictObject({
    * 8B model; BLIS's trained-physics β6) plus the output it accumulates while it decodes.
    */
   requestTokens: z.number().int().nonnegative().default(256),
+  /**
+   * The replicas' vLLM `--max-num-seqs`: a replica with that many of the gateway's requests in
+   * flight has no free sequence slot, and a new request there waits for one to end. Unset: learned
+   * per replica from its scrapes (the running count whenever requests were left waiting).
+   */
+  maxNumSeqs: z.number().int().positive().optional(),
   inFlightLoadProducerName: producerParam,
 });
 
@@ -152,6 +167,11 @@ export const decodeLoadParams = z.strictObject({
  * producer's own counts (no scrape lag). Without `contextTokens` from the producer, requests only.
  * With peer gateways (src/scheduler/sync.ts) their requests count at `requestTokens` each: the sync
  * carries request and un-prefilled token counts, not prompts held.
+ *
+ * Sequence slots: a replica with as many requests in flight as it has slots (`maxNumSeqs`, or the
+ * cap its scrapes show, slot-cap.ts) makes a new request wait for a running one to end, which no
+ * context count shows: it scores 0 while another replica has a free slot (which all score above 0);
+ * when none has, the fewest requests beyond the cap wins.
  */
 export class DecodeLoadScorer extends InflightScorer {
   constructor(
@@ -161,17 +181,75 @@ export class DecodeLoadScorer extends InflightScorer {
     super("decode-load-scorer", name, params.inFlightLoadProducerName as string);
   }
 
+  /** Each endpoint's sequence-slot cap, read from its scrapes (unless maxNumSeqs is set). */
+  readonly #slots = new Map<string, SlotCap>();
+  /** #slots by position in the candidate list last seen, so a full scan needs no lookup by id. */
+  #slotsAt: SlotCap[] = [];
+  #aligned: EndpointPositions | null = null;
+  #alignedVersion = -1;
+  readonly #full = new ScoreBuffer();
+
   score(cycle: CycleState, endpoints: readonly EndpointState[]): Float64Array {
     const info = this.info(cycle);
     const loads = requestCounts(cycle, endpoints, info, this.out.get(endpoints.length));
     const per = this.params.requestTokens;
     const n = loads.length;
+    const full = this.#full.get(n);
+    let free = 0;
     const at = endpoints === cycle.candidates ? (info.byPosition?.()?.context ?? null) : null;
+    const caps = this.params.maxNumSeqs === undefined ? this.#capsAt(cycle, endpoints) : null;
     for (let i = 0; i < n; i++) {
-      const context = at !== null ? at[i] : (info.contextTokens?.(endpoints[i].id) ?? 0);
+      const e = endpoints[i];
+      const slots = this.params.maxNumSeqs ?? this.#slotsOf(caps !== null ? caps[i] : this.#cap(e.id), e);
+      full[i] = slots !== undefined && loads[i] >= slots ? loads[i] - slots + 1 : 0;
+      if (full[i] === 0) free++;
+      const context = at !== null ? at[i] : (info.contextTokens?.(e.id) ?? 0);
       loads[i] = loads[i] * per + context;
     }
-    return relativeLoad(loads, 0, 1);
+    if (free === n) return relativeLoad(loads, 0, 1);
+    // A replica with every sequence slot taken is saturated for a new request, which would wait
+    // there for a running one to end: it scores 0, below every replica with a free slot, even the
+    // one with the most context (which keeps one request's worth above 0). When none has a free
+    // slot, fewer requests waiting for one scores higher.
+    if (free === 0) return relativeLoad(full, 0, 1);
+    let max = 0;
+    for (let i = 0; i < n; i++) if (loads[i] > max) max = loads[i];
+    const room = Math.max(per, 1);
+    for (let i = 0; i < n; i++) loads[i] = full[i] > 0 ? 0 : (max - loads[i] + room) / (max + room);
+    return loads;
+  }
+
+  #cap(id: string): SlotCap {
+    let s = this.#slots.get(id);
+    if (s === undefined) {
+      s = new SlotCap();
+      this.#slots.set(id, s);
+    }
+    return s;
+  }
+
+  /** The caps of the candidate list by position; null for another list or without positions. */
+  #capsAt(cycle: CycleState, endpoints: readonly EndpointState[]): SlotCap[] | null {
+    if (endpoints !== cycle.candidates) return null;
+    const positions = cycle.positions(endpoints);
+    if (positions === null) return null;
+    if (
+      positions !== this.#aligned ||
+      positions.version !== this.#alignedVersion ||
+      this.#slotsAt.length !== endpoints.length
+    ) {
+      this.#slotsAt = endpoints.map((e) => this.#cap(e.id));
+      this.#aligned = positions;
+      this.#alignedVersion = positions.version;
+    }
+    return this.#slotsAt;
+  }
+
+  #slotsOf(cap: SlotCap, e: EndpointState): number | undefined {
+    const m = e.metrics;
+    if (m !== null)
+      cap.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
+    return cap.known;
   }
 }
 
