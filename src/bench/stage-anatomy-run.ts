@@ -12,16 +12,15 @@
  */
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { Admission, admissionFromConfig } from "../flow/admission.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
-import { FlowSim } from "../sim/fleet/flow.ts";
 import { computeLimits } from "../sim/fleet/limits.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
 import { limitsFleet, scenarioWorkload } from "../sim/fleet/simulate.ts";
 import { table } from "./format.ts";
+import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import { type AnatomyStageRecord, type AnatomyStageStep, stageAnatomy } from "./stage-anatomy.ts";
 
 const USAGE =
@@ -57,25 +56,11 @@ async function main(): Promise<void> {
   const limits = computeLimits(workload, limitsFleet(sc), tokenizer);
   const bounds = new Map((limits.stages ?? []).map((s) => [s.index, s.output_tokens_per_s]));
   const created = await createScheduler(configText, { seed: sc.seed });
-  const flow = FlowSim.of(created.scheduler);
   const n = pools.reduce((a, p) => a + p.replicas, 0);
   const steps: AnatomyStageStep[][] = Array.from({ length: n }, () => []);
   const indexOf = new Map(Array.from({ length: n }, (_, i) => [replicaId(i), i]));
   const res = runFleet({
-    fleet: pools[0],
-    pools,
-    kvLink: r.kvLink,
-    workload,
-    scheduler: created.scheduler,
-    admission: flow === null ? admissionFromConfig(created.config).admission : new Admission(),
-    flow,
-    objectives: new Map(Object.entries(created.config.objectives)),
-    seed: sc.seed,
-    scrapeInterval: sc.scrapeInterval,
-    gatewayDelay: sc.gatewayDelay,
-    routerTokenizer: sc.routerTokenizer,
-    kvEventsDelay: sc.kvEventsDelay,
-    tokenizer,
+    ...scenarioFleetOptions(sc, r, created, workload, tokenizer, pools),
     observer: {
       onStepEnd: (_now, replica, s) =>
         void steps[replica]?.push({

@@ -10,15 +10,14 @@
  *     [--long-tokens 1024] [--seed N] [--top 15]
  */
 import { parseArgs } from "node:util";
-import { Admission, admissionFromConfig } from "../flow/admission.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
-import { FlowSim } from "../sim/fleet/flow.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
 import { scenarioWorkload } from "../sim/fleet/simulate.ts";
 import { table } from "./format.ts";
+import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import { type AnatomyRequest, type AnatomyStep, anatomy } from "./ttft-anatomy.ts";
 
 const { values: args, positionals } = parseArgs({
@@ -52,26 +51,12 @@ async function main(): Promise<void> {
   const wanted = new Set(workload.requests.filter((q) => q.tags?.stream === args.stream).map((q) => q.id));
   if (wanted.size === 0) throw new Error(`no request of stream "${args.stream}" in ${file}'s workload`);
   const created = await createScheduler(r.configText, { seed: sc.seed });
-  const flow = FlowSim.of(created.scheduler);
   const n = r.pools.reduce((a, p) => a + p.replicas, 0);
   const steps: AnatomyStep[][] = Array.from({ length: n }, () => []);
   const indexOf = new Map(Array.from({ length: n }, (_, i) => [replicaId(i), i]));
   const picks = new Map<string, { at: number; endpoint: string }>();
   const res = runFleet({
-    fleet: r.pools[0],
-    pools: r.pools,
-    kvLink: r.kvLink,
-    workload,
-    scheduler: created.scheduler,
-    admission: flow === null ? admissionFromConfig(created.config).admission : new Admission(),
-    flow,
-    objectives: new Map(Object.entries(created.config.objectives)),
-    seed: sc.seed,
-    scrapeInterval: sc.scrapeInterval,
-    gatewayDelay: sc.gatewayDelay,
-    routerTokenizer: sc.routerTokenizer,
-    kvEventsDelay: sc.kvEventsDelay,
-    tokenizer: new PromptTokenizer(),
+    ...scenarioFleetOptions(sc, r, created, workload, new PromptTokenizer()),
     observer: {
       onStepEnd: (_now, replica, s) =>
         void steps[replica]?.push({ start: s.startTime, end: s.endTime, prefillTokens: s.numPrefillTokens }),
