@@ -219,6 +219,12 @@ export class DecodeLoadScorer extends InflightScorer {
     return loads;
   }
 
+  /** Endpoints that left the pool take their learned caps with them. */
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#slots.keys()]) if (!pool.has(id)) this.#slots.delete(id);
+    this.#aligned = null;
+  }
+
   #cap(id: string): SlotCap {
     let s = this.#slots.get(id);
     if (s === undefined) {
