@@ -15,13 +15,13 @@
  * gateways on 2 cores, CPU contention is part of what is measured.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { availableParallelism, loadavg } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { parsePromText, sumOf } from "../../datalayer/prom-text.ts";
-import { type Child, spawnKvgate, stopAll } from "../../sim/launcher.ts";
+import { type Child, cpuSecondsOf, spawnKvgate, stopAll } from "../../sim/launcher.ts";
 import { runBench } from "../driver.ts";
 import { buildRun } from "../run.ts";
 import { generateWorkload, resolveWorkloadSpec } from "../workloads/spec.ts";
@@ -100,17 +100,6 @@ async function startNats(): Promise<{ url: string; proc: ChildProcess }> {
     });
   });
   return { url: `nats://127.0.0.1:${port}`, proc };
-}
-
-/** CPU seconds (user + system) a process has used, from /proc. */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return 0;
-  }
 }
 
 async function metric(url: string, name: string): Promise<number> {
@@ -195,7 +184,7 @@ async function run(n: number, synced: boolean, nats: string, k: number): Promise
         const peers = await Promise.all(admins.map((u) => metric(u, "kvgate_sync_peers")));
         return peers.every((p) => p === n - 1);
       });
-    const cpu0 = gws.map((g) => cpuSeconds(g.proc.pid));
+    const cpu0 = gws.map((g) => cpuSecondsOf(g.proc.pid) ?? 0);
     const t0 = performance.now();
     const result = await runBench(workload, {
       targets: gws.map((g) => g.url),
@@ -203,7 +192,7 @@ async function run(n: number, synced: boolean, nats: string, k: number): Promise
       metricsEndpoints: urls,
     });
     const wall = (performance.now() - t0) / 1000;
-    const gatewayCpu = gws.reduce((s, g, i) => s + cpuSeconds(g.proc.pid) - cpu0[i], 0);
+    const gatewayCpu = gws.reduce((s, g, i) => s + (cpuSecondsOf(g.proc.pid) ?? 0) - cpu0[i], 0);
     const r = buildRun(spec, workload, result, {
       router: `${n} gateway(s) ${synced ? "synced" : "unsynced"}`,
       timeScale,
