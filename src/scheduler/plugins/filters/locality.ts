@@ -10,23 +10,23 @@
  * simulator, for requests arriving at several regions' gateways). Headers never set it.
  *
  * Spilling: the nearest group is kept alone unless its saturation — the utilization detector's
- * measure, average over the group of max(queue / queueDepthThreshold, KV use / kvCacheUtilThreshold)
- * — has reached `spillThreshold`; then the nearest other group with headroom joins, and so on. A
- * group itself saturated (≥ 1.0, the utilization detector's own line) is passed over — two busy
- * regions spilling into each other would only trade their traffic — and with none that has headroom
- * the traffic stays home. While a group spills, its endpoints that are themselves at or above
- * `stepAsideThreshold` (default: `spillThreshold`) are left out, so the overflow goes to the group
- * that joined instead of back to a warm local replica that the prefix scorer favours; the other
- * local endpoints stay in. With `maxNumSeqs` (below), which sees a full batch at once, set it to 1.0:
- * a replica then keeps its prefix groups until it is really saturated, and a group moves only then
- * (the prefix scorers keep it where it went). At a low threshold, ordinary load (a queue of one, a
- * cold prompt in flight) pushes warm replicas out, and with many prompts per region each step aside
- * sends a group's next requests to replicas that must prefill it afresh. Of the group that joined, only its endpoints below 1.0 are
- * candidates: spilled traffic pays a round trip already and must not also queue behind a full remote
- * batch. Hysteresis: once a group spilled it keeps spilling until
- * its saturation falls below `recoverThreshold`, so a pool near the threshold does not flap between
- * local and remote (each flap shreds prefix locality). With `spill: false` the filter is "local
- * only": the nearest group that has any endpoint, always.
+ * measure, average over the group of max(queue / queueDepthThreshold, KV use /
+ * kvCacheUtilThreshold) — has reached `spillThreshold`; then the nearest other group with headroom
+ * joins, and so on. A group itself saturated (≥ 1.0, the utilization detector's own line) is passed
+ * over — two busy regions spilling into each other would only trade their traffic — and with none
+ * that has headroom the traffic stays home. While a group spills, its endpoints that are themselves
+ * at or above `stepAsideThreshold` (default: `spillThreshold`) are left out, so the overflow goes
+ * to the group that joined instead of back to a warm local replica that the prefix scorer favours;
+ * the other local endpoints stay in. With `maxNumSeqs` (below), which sees a full batch at once,
+ * set it to 1.0: a replica then keeps its prefix groups until it is really saturated, and a group
+ * moves only then (the prefix scorers keep it where it went). At a low threshold, ordinary load (a
+ * queue of one, a cold prompt in flight) pushes warm replicas out, and with many prompts per region
+ * each step aside sends a group's next requests to replicas that must prefill it afresh. Of the
+ * group that joined, only its endpoints below 1.0 are candidates: spilled traffic pays a round trip
+ * already and must not also queue behind a full remote batch. Hysteresis: once a group spilled it
+ * keeps spilling until its saturation falls below `recoverThreshold`, so a pool near the threshold
+ * does not flap between local and remote (each flap shreds prefix locality). With `spill: false`
+ * the filter is "local only": the nearest group that has any endpoint, always.
  *
  * `maxNumSeqs` (the replicas' vLLM `--max-num-seqs`) adds the gateway's own request count: a replica
  * it has that many requests in flight on has a full batch, where one more waits for a running

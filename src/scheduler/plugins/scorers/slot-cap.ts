@@ -3,14 +3,14 @@
  * scraped running and waiting counts, for decode-load-scorer: a new request on a replica whose
  * slots are all taken waits for a running one to end.
  *
- * A cap is a plateau: while requests wait, the running count sits at the same highest
- * value scrape after scrape. Waiting behind a step's token budget or behind KV leaves the running
- * count wandering below its maximum instead, so those never read as a cap: the cap is known once
- * at least `SLOT_SCRAPES` scrapes with more requests than that count (running + waiting) were taken
- * since the highest running count was first seen, and at least half of them show exactly that
- * count with two or more waiting (one may be a request that arrived since the last step). Scrapes at ≥ 90% KV utilisation are skipped (requests there wait for KV blocks). A count
- * read too low (a plateau of arrivals that waited one step) is dropped at the first scrape that
- * runs more.
+ * A cap is a plateau: while requests wait, the running count sits at the same highest value scrape
+ * after scrape. Waiting behind a step's token budget or behind KV leaves the running count
+ * wandering below its maximum instead, so those never read as a cap: the cap is known once at least
+ * `SLOT_SCRAPES` scrapes with more requests than that count (running + waiting) were taken since
+ * the highest running count was first seen, and at least half of them show exactly that count with
+ * two or more waiting (one may be a request that arrived since the last step). Scrapes at ≥ 90% KV
+ * utilisation are skipped (requests there wait for KV blocks). A count read too low (a plateau of
+ * arrivals that waited one step) is dropped at the first scrape that runs more.
  */
 export class SlotCap {
   #last = Number.NaN;
