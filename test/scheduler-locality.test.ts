@@ -234,6 +234,65 @@ schedulingProfiles:
     assert.deepEqual(g.consumes().required, []);
   });
 
+  it("reads the in-flight counts by candidate position exactly as it reads them by id", () => {
+    const regions = ["us-east", "us-west", "eu"];
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            region: fc.constantFrom(...regions),
+            waiting: fc.nat(8),
+            requests: fc.nat(6),
+            tokens: fc.nat(3000),
+          }),
+          { minLength: 1, maxLength: 12 },
+        ),
+        fc.integer({ min: 0, max: 4 }),
+        (specs, drop) => {
+          const eps = specs.map((x, i) => at(`e${i}:1`, x.region, "z", x.waiting));
+          const params = {
+            origin: { [REGION_LABEL]: "us-east" },
+            labels: [REGION_LABEL],
+            spillThreshold: 0.3,
+            recoverThreshold: 0.2,
+            inflightTokensThreshold: 1000,
+            maxNumSeqs: 4,
+            inFlightLoadProducerName: "i",
+          };
+          const requests = new Map(eps.map((e, i) => [e.id, specs[i].requests]));
+          const tokens = new Map(eps.map((e, i) => [e.id, specs[i].tokens]));
+          const view = (aligned: boolean): InFlightInfo => ({
+            requests: (id) => requests.get(id) ?? 0,
+            tokens: (id) => tokens.get(id) ?? 0,
+            uncachedRequestTokens: () => 0,
+            ...(aligned
+              ? {
+                  byPosition: () => ({
+                    requests: Float64Array.from(eps, (e) => requests.get(e.id) ?? 0),
+                    tokens: Float64Array.from(eps, (e) => tokens.get(e.id) ?? 0),
+                    context: new Float64Array(eps.length),
+                  }),
+                }
+              : {}),
+          });
+          // Two requests each (the second inside the remeasure window), the candidate list itself
+          // and, when drop > 0, a sub-list (positions then come from the full list's index).
+          const out = (aligned: boolean) => {
+            const f = new LocalityFilter("f", params);
+            const lists = [eps, drop > 0 ? eps.slice(0, Math.max(1, eps.length - drop)) : eps];
+            return lists.flatMap((list, k) => {
+              const x = cycleFor(completion(`r${k}`, "hi"), eps, k * 0.01);
+              x.set(inflightKey("i"), view(aligned));
+              return [ids(f.filter(x, list))];
+            });
+          };
+          assert.deepEqual(out(true), out(false));
+        },
+      ),
+      { numRuns: 300, seed: 11 },
+    );
+  });
+
   it("re-measures at most every remeasureMs on an unchanged pool, and at once when the pool changes", () => {
     const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
     const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];

@@ -39,10 +39,20 @@
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
 import { spec } from "../../plugin-spec.ts";
-import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
+import type {
+  CycleState,
+  DataKey,
+  EndpointPositions,
+  EndpointState,
+  Filter,
+  TypedName,
+} from "../../types.ts";
 import { type InFlightInfo, inflightKey } from "../data.ts";
 
 export const LOCALITY_FILTER_TYPE = "locality-filter";
+
+/** The in-flight producer's counts by candidate position (InFlightInfo.byPosition). */
+type Aligned = { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> };
 export const REGION_LABEL = "topology.kubernetes.io/region";
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
 
@@ -116,6 +126,13 @@ export class LocalityFilter implements Filter {
   readonly #inflight: DataKey<InFlightInfo> | null;
   /** remeasureMs in seconds. */
   readonly #remeasureS: number;
+  /** #groupPositions' cache. */
+  #groupPos: {
+    groups: EndpointState[][];
+    positions: EndpointPositions;
+    version: number;
+    idx: Int32Array[];
+  } | null = null;
   /** maxNumSeqs: positions in the candidate list of the last list checked for full batches. */
   #outPositions: { out: readonly EndpointState[]; version: number; idx: Int32Array } | null = null;
 
@@ -139,22 +156,31 @@ export class LocalityFilter implements Filter {
     return { required: this.#inflight ? [this.#inflight] : [] };
   }
 
-  /** One endpoint's saturation: the utilization measure, or the in-flight term when larger. */
-  #saturation(e: EndpointState, now: number, inflight: InFlightInfo | undefined): number {
+  /**
+   * One endpoint's saturation: the utilization measure, or the in-flight term when larger. `at` is
+   * the in-flight producer's counts aligned with the candidate list and `i` the endpoint's position
+   * in it (−1: read by id).
+   */
+  #saturation(
+    e: EndpointState,
+    now: number,
+    inflight: InFlightInfo | undefined,
+    at: Aligned | null,
+    i: number,
+  ): number {
     const s = this.#measure.endpointSaturation(e, now);
     if (inflight === undefined) return s;
     const p = this.params;
+    const byPos = at !== null && i >= 0;
     const tokens =
-      p.inflightTokensThreshold === undefined ? 0 : inflight.tokens(e.id) / p.inflightTokensThreshold;
-    const full = p.maxNumSeqs !== undefined && inflight.requests(e.id) >= p.maxNumSeqs ? 1 : 0;
+      p.inflightTokensThreshold === undefined
+        ? 0
+        : (byPos ? at.tokens[i] : inflight.tokens(e.id)) / p.inflightTokensThreshold;
+    const full =
+      p.maxNumSeqs !== undefined && (byPos ? at.requests[i] : inflight.requests(e.id)) >= p.maxNumSeqs
+        ? 1
+        : 0;
     return Math.max(s, tokens, full);
-  }
-
-  #groupSaturation(g: readonly EndpointState[], now: number, inflight: InFlightInfo | undefined): number {
-    if (g.length === 0) return 1;
-    let sum = 0;
-    for (const e of g) sum += this.#saturation(e, now, inflight);
-    return sum / g.length;
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
@@ -174,8 +200,7 @@ export class LocalityFilter implements Filter {
     else if (!this.params.spill) out = groups[0];
     else if (fresh && last.groups === groups) out = last.out;
     else {
-      const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
-      out = this.#spill(key, groups, now, last?.out, inflight);
+      out = this.#spill(key, groups, now, last?.out, cycle, endpoints);
       this.#measured.set(key, { at: now, groups, out });
     }
     const max = this.params.maxNumSeqs;
@@ -228,9 +253,37 @@ export class LocalityFilter implements Filter {
     groups: EndpointState[][],
     now: number,
     prev: readonly EndpointState[] | undefined,
-    inflight: InFlightInfo | undefined,
+    cycle: CycleState,
+    endpoints: readonly EndpointState[],
   ): readonly EndpointState[] {
     const was = this.#spilling.get(key) ?? 0;
+    const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
+    // The in-flight counts by candidate position (no Map lookup per endpoint), with each group's
+    // positions computed once per grouping and candidate indexing.
+    const at =
+      inflight !== undefined && endpoints === cycle.candidates ? (inflight.byPosition?.() ?? null) : null;
+    const idx = at === null ? null : this.#groupPositions(groups, cycle.positions(endpoints));
+    // Each endpoint's saturation is read once per measurement, when a group is first looked at: the
+    // joining loop, the step-aside pass and the headroom pass below all reuse it.
+    const sat: (Float64Array | undefined)[] = new Array(groups.length);
+    const of = (g: number): Float64Array => {
+      let s = sat[g];
+      if (s === undefined) {
+        const pos = idx?.[g];
+        const members = groups[g];
+        s = new Float64Array(members.length);
+        for (let k = 0; k < members.length; k++)
+          s[k] = this.#saturation(members[k], now, inflight, at, pos ? pos[k] : -1);
+        sat[g] = s;
+      }
+      return s;
+    };
+    const mean = (g: number): number => {
+      const s = of(g);
+      let sum = 0;
+      for (const v of s) sum += v;
+      return s.length === 0 ? 1 : sum / s.length;
+    };
     // The nearest group with headroom joins while the groups already in are saturated together (or
     // were, and have not recovered). A group itself saturated (≥ 1.0, the utilization detector's
     // line) is passed over: two busy regions spilling into each other would only trade their traffic.
@@ -239,12 +292,12 @@ export class LocalityFilter implements Filter {
     let n = 0;
     let next = 1;
     while (next < groups.length) {
-      const last = groups[joined[joined.length - 1]];
-      for (const e of last) sum += this.#saturation(e, now, inflight);
-      n += last.length;
+      const last = joined[joined.length - 1];
+      for (const v of of(last)) sum += v;
+      n += groups[last].length;
       const threshold = joined.length - 1 < was ? this.params.recoverThreshold : this.params.spillThreshold;
       if (sum / n < threshold) break;
-      while (next < groups.length && this.#groupSaturation(groups[next], now, inflight) >= 1) next++;
+      while (next < groups.length && mean(next) >= 1) next++;
       if (next === groups.length) break;
       joined.push(next++);
     }
@@ -260,15 +313,29 @@ export class LocalityFilter implements Filter {
     // their other endpoints stay candidates beside the group that joined last.
     const out: EndpointState[] = [];
     const stepAside = this.params.stepAsideThreshold ?? this.params.spillThreshold;
-    for (const g of joined.slice(0, -1))
-      for (const e of groups[g]) if (this.#saturation(e, now, inflight) < stepAside) out.push(e);
+    for (const g of joined.slice(0, -1)) {
+      const s = of(g);
+      for (let i = 0; i < s.length; i++) if (s[i] < stepAside) out.push(groups[g][i]);
+    }
     // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
     // behind a remote batch that is itself full (the group has some, or it was passed over above).
-    for (const e of groups[joined[joined.length - 1]])
-      if (this.#saturation(e, now, inflight) < 1) out.push(e);
+    const j = joined[joined.length - 1];
+    const s = of(j);
+    for (let i = 0; i < s.length; i++) if (s[i] < 1) out.push(groups[j][i]);
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
     if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
     return out;
+  }
+
+  /** Each group's members' positions in the candidate list (−1: not in it), cached per grouping and indexing. */
+  #groupPositions(groups: EndpointState[][], positions: EndpointPositions | null): Int32Array[] | null {
+    if (positions === null) return null;
+    const c = this.#groupPos;
+    if (c !== null && c.groups === groups && c.positions === positions && c.version === positions.version)
+      return c.idx;
+    const idx = groups.map((g) => Int32Array.from(g, (e) => positions.indexOf(e.id)));
+    this.#groupPos = { groups, positions, version: positions.version, idx };
+    return idx;
   }
 
   /** How many groups `origin`'s traffic currently spills into beyond its own (for /explain, tests). */
