@@ -19,7 +19,10 @@
  *
  * Locality configs: `<config>~home` never spills (thresholds out of reach); `<config>~spill-set` is
  * the config deciding over the candidate list its locality-filter leaves, without the filter's cost
- * (picker-locality.ts), so `<config>` against it is the locality step's own cost.
+ * (picker-locality.ts), so `<config>` against it is the locality step's own cost. The twin decides
+ * each request right after its untimed shadow decided the same one, which leaves the request's data
+ * warm in the CPU caches; so when the twin is in the run, `<config>` gets an untimed shadow of its
+ * own too (another instance of the config), and both sides of the difference are timed alike.
  *
  * Usage: see USAGE below (`npm run bench:picker -- --help`).
  */
@@ -290,7 +293,8 @@ function printLocalityCost(cells: DecisionCell[]): void {
   if (twins.length === 0) return;
   console.log(
     "\nLocality step's own cost, schedule() µs: the config spilling on every decision against its\n" +
-      `  ${SPILL_SET} twin (the same config deciding over the candidate list the filter left, without the filter):`,
+      `  ${SPILL_SET} twin (the same config deciding over the candidate list the filter left, without the filter;\n` +
+      "  each side times its decision right after an identical untimed one):",
   );
   console.log(
     `${"config".padEnd(25)}${pad("eps", 4)} | with filter ${pad("p50", 5)}${pad("p99", 6)} | ${SPILL_SET} ${pad("p50", 5)}${pad("p99", 6)} | filter ${pad("p50", 6)}${pad("p99", 7)}`,
@@ -412,12 +416,19 @@ async function main(): Promise<void> {
       // slower stores while it runs) lands in this cell. Needs --expose-gc (npm run sets it).
       gc?.();
       // `~spill-set`: the timed twin decides over the list its untimed shadow's locality-filter left.
+      // Its base config, when the twin is in the run: the same untimed shadow decision first.
       const { scheduler, shadow } = cell.config.endsWith(SPILL_SET)
         ? await spillSetPair(cell.config, text, 1 + rep).then((p) => ({
             scheduler: p.twin,
             shadow: p.shadow,
           }))
-        : { ...(await createScheduler(text, { seed: 1 + rep })), shadow: undefined };
+        : {
+            ...(await createScheduler(text, { seed: 1 + rep })),
+            shadow:
+              !cell.cold && plan.some((c) => c.config === cell.config + SPILL_SET)
+                ? (await createScheduler(text, { seed: 1 + rep })).scheduler
+                : undefined,
+          };
       const endpoints = makeEndpoints(cell.n, cell.config === "pd");
       // Precise: token ids on every request, and KV events from the picks back into the index.
       const indexes = preciseIndexes(scheduler.plugins.values());
