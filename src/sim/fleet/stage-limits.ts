@@ -92,12 +92,58 @@ export interface StageLimit {
   output_tokens_per_s: number;
 }
 
+/**
+ * A stage's work per output token, summed exactly over its requests (limits.ts): each request
+ * emits its first token from its prefill step and decodes the rest, so a mean prompt and answer
+ * would charge every token a decode read it does not make.
+ */
+export interface PerToken {
+  /** KV tokens read by decodes: Σ ((O − 1)·P + O(O − 1)/2) ÷ Σ O. */
+  decodeContext: number;
+  /** Prompt tokens prefilled: Σ U ÷ Σ O. */
+  prefillTokens: number;
+  /** Prefill attention work, Σ U(P − U/2) ÷ Σ O (the same however the prompt is chunked). */
+  prefillAttention: number;
+  /** Private KV tokens held per running sequence, per token made: Σ (U·O + O(O − 1)/2) ÷ Σ O. */
+  privateTokens: number;
+}
+
 /** One prefix-reuse regime as the stage bounds read it (limits.ts). */
 export interface StageRegime {
   /** KV tokens per replica left beside the regime's resident set (≤ 0: the regime does not fit). */
   freeTokensPerReplica: number;
-  /** Per stage index: the stage's own mean uncached prompt, prompt and output tokens per request. */
-  stages: ReadonlyMap<number, { uncachedMean: number; promptMean: number; outputMean: number }>;
+  /**
+   * Per stage index: the stage's own mean uncached prompt, prompt and output tokens per request, and
+   * (when known) its exact work per output token, which the bound then uses instead of the means.
+   */
+  stages: ReadonlyMap<
+    number,
+    { uncachedMean: number; promptMean: number; outputMean: number; perToken?: PerToken }
+  >;
+}
+
+/**
+ * The step-time model's terms, each linear in what it counts (profile.ts): a step costs
+ * `step` + `request` per scheduled request + `context` per decode KV token read + `prefill` per
+ * prompt token + `attention` per unit of prefill attention work.
+ */
+export function stepTerms(fleet: FleetConfig): {
+  step: number;
+  request: number;
+  context: number;
+  prefill: number;
+  attention: number;
+} {
+  const t = (prefills: { tokens: number; context: number }[], decodeContexts: number[]) =>
+    stepTime(fleet.profile, { prefills, decodeContexts }).total;
+  const one = t([], [0]);
+  const request = t([], [0, 0]) - one;
+  const context = (t([], [1024]) - one) / 1024;
+  const chunk = t([{ tokens: 1024, context: 0 }], []);
+  const attention = (t([{ tokens: 1024, context: 1024 }], []) - chunk) / (1024 * 1024);
+  // 1,024 tokens at context 0 carry 1,024²/2 units of attention work.
+  const prefill = (chunk - one - (attention * 1024 * 1024) / 2) / 1024;
+  return { step: one - request, request, context, prefill, attention };
 }
 
 /**
@@ -117,6 +163,7 @@ export function stageLimits(
   const one = { ...fleet, replicas: 1 };
   // One token per step at best; no step is shorter than one decode with nothing else in it.
   const fastest = stepTime(fleet.profile, { prefills: [], decodeContexts: [1] }).total;
+  const terms = stepTerms(fleet);
   const out: StageLimit[] = [];
   for (const st of workload.stages) {
     // A warm-up builds the resident set that the regimes hold from the start: not read against a bound.
@@ -143,12 +190,29 @@ export function stageLimits(
       const cap = mixedStep(one, conc, s.uncachedMean, s.promptMean, s.outputMean).concurrency;
       // g[k]: one replica's output tokens/s with k sequences.
       const g = [0];
-      for (let k = 1; k <= cap; k++)
-        g.push(mixedStep(one, k, s.uncachedMean, s.promptMean, s.outputMean).output);
+      if (s.perToken !== undefined) {
+        // Exact per-token work: a step making k tokens costs step + k × (one request, its decode
+        // read, its share of prefill GEMM and attention).
+        const w = s.perToken;
+        const perSeq =
+          terms.request +
+          terms.context * w.decodeContext +
+          terms.prefill * w.prefillTokens +
+          terms.attention * w.prefillAttention;
+        const kvCap =
+          w.privateTokens > 0 ? Math.floor(regime.freeTokensPerReplica / w.privateTokens) : fleet.maxNumSeqs;
+        const budgetCap = Math.floor(fleet.maxNumBatchedTokens / (1 + w.prefillTokens));
+        const c = Math.max(1, Math.min(fleet.maxNumSeqs, kvCap, budgetCap));
+        if (!(kvCap > 0)) continue;
+        for (let k = 1; k <= c; k++) g.push(k / (terms.step + k * perSeq));
+      } else
+        for (let k = 1; k <= cap; k++)
+          g.push(mixedStep(one, k, s.uncachedMean, s.promptMean, s.outputMean).output);
+      const top = g.length - 1;
       const fleetRate = (arrived: number): number => {
         const q = Math.floor(arrived / R);
         const extra = arrived - q * R;
-        return extra * g[Math.min(cap, q + 1)] + (R - extra) * g[Math.min(cap, q)];
+        return extra * g[Math.min(top, q + 1)] + (R - extra) * g[Math.min(top, q)];
       };
       let done = 0;
       let end = Number.POSITIVE_INFINITY;
@@ -170,7 +234,7 @@ export function stageLimits(
         output_tokens: work,
         last_arrival_s: jobs[jobs.length - 1].at,
         uncached_prompt_tokens_mean: s.uncachedMean,
-        concurrency_per_replica: cap,
+        concurrency_per_replica: top,
         earliest_end_s: end,
         output_tokens_per_s: end > 0 ? work / end : 0,
       };
