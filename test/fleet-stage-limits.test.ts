@@ -8,12 +8,12 @@ import { resolve } from "node:path";
 import { describe, it } from "node:test";
 import fc from "fast-check";
 import type { RequestSpec, StageInfo, Workload } from "../src/bench/workloads/types.ts";
-import { stepTime } from "../src/engine/profile.ts";
 import { computeLimits } from "../src/sim/fleet/limits.ts";
 import { PromptTokenizer } from "../src/sim/fleet/prompt-tokens.ts";
 import type { FleetConfig } from "../src/sim/fleet/replica.ts";
 import { parseScenario } from "../src/sim/fleet/scenario.ts";
 import { simulate } from "../src/sim/fleet/simulate.ts";
+import { type RelaxedJob, type RelaxedPriority, relaxedSchedule } from "../src/sim/fleet/relaxed-schedule.ts";
 import { mixedStep } from "../src/sim/fleet/stage-limits.ts";
 import { loadProfile } from "../src/sim/profiles.ts";
 
@@ -166,86 +166,11 @@ describe("stage bounds against simulated runs", () => {
   });
 });
 
-/** Which waiting request a schedule runs first, and which replica each request goes to. */
-type Priority = "youngest" | "oldest" | "arrival" | "shuffled";
 type Placement = "round-robin" | "random" | "by-prompt";
 
-/**
- * A schedule the bound's relaxation allows — free preemption, each replica running the requests
- * placed on it in `priority` order within its KV (what is left beside the resident set, counted in
- * blocks), max_num_seqs and the token budget, one token per request per step, each step timed by the
- * engines' step-time model — must not beat the bound. Returns the stage's output tokens/s under that
- * schedule. `rank` breaks ties (and is the order itself for "shuffled"); `home` is each request's
- * replica for placements other than round-robin.
- */
-function relaxedSchedule(
-  f: FleetConfig,
-  jobs: { at: number; prompt: number; uncached: number; output: number }[],
-  freeTokens: number,
-  priority: Priority = "youngest",
-  home?: (i: number) => number,
-  rank?: (i: number) => number,
-): number {
-  let end = 0;
-  let work = 0;
-  const order = (a: { made: number; at: number; k: number }, b: { made: number; at: number; k: number }) => {
-    const key =
-      priority === "youngest"
-        ? a.made - b.made
-        : priority === "oldest"
-          ? b.made - a.made
-          : priority === "arrival"
-            ? a.at - b.at
-            : 0;
-    return key !== 0 ? key : (rank?.(a.k) ?? a.k) - (rank?.(b.k) ?? b.k);
-  };
-  for (let r = 0; r < f.replicas; r++) {
-    const mine = jobs
-      .map((j, k) => ({ ...j, made: 0, k }))
-      .filter((j) => (home ? home(j.k) : j.k % f.replicas) === r);
-    if (mine.length === 0) continue;
-    let t = 0;
-    let left = mine.length;
-    while (left > 0) {
-      const ready = mine.filter((j) => j.at <= t && j.made < j.output).sort(order);
-      if (ready.length === 0) {
-        t = Math.min(...mine.filter((j) => j.made < j.output).map((j) => j.at));
-        continue;
-      }
-      let kv = 0;
-      let budget = f.maxNumBatchedTokens;
-      const prefills: { tokens: number; context: number }[] = [];
-      const decodeContexts: number[] = [];
-      const run: typeof mine = [];
-      for (const j of ready) {
-        const tokens = j.made === 0 ? j.uncached : 1;
-        // Private KV: the blocks past the cached prompt, through the token this step writes (the
-        // engine's: the prompt at its prefill step, prompt + m at the step that makes token m + 1).
-        const held = Math.ceil((j.prompt + j.made) / f.blockSize) * f.blockSize - (j.prompt - j.uncached);
-        if (run.length === f.maxNumSeqs || kv + held > freeTokens || tokens > budget) continue;
-        kv += held;
-        budget -= tokens;
-        run.push(j);
-        if (j.made === 0) prefills.push({ tokens: j.uncached, context: j.prompt - j.uncached });
-        else decodeContexts.push(j.prompt + j.made);
-      }
-      if (run.length === 0) throw new Error(`replica ${r}: no request fits ${freeTokens} free KV tokens`);
-      t += stepTime(f.profile, { prefills, decodeContexts }).total;
-      for (const j of run) if (++j.made === j.output) left--;
-    }
-    end = Math.max(end, t);
-    for (const j of mine) work += j.output;
-  }
-  return work / end;
-}
-
-/** The existing hand-built case: every request placed round-robin and run youngest-first. */
-function youngestFirst(
-  f: FleetConfig,
-  jobs: { at: number; prompt: number; uncached: number; output: number }[],
-  freeTokens: number,
-): number {
-  return relaxedSchedule(f, jobs, freeTokens, "youngest");
+/** The hand-built case below: every request placed round-robin and run youngest-first. */
+function youngestFirst(f: FleetConfig, jobs: RelaxedJob[], freeTokens: number): number {
+  return relaxedSchedule(f, jobs, { freeTokens }).outputTokensPerS;
 }
 
 describe("stage bounds against a schedule their relaxation allows", () => {
@@ -344,7 +269,7 @@ describe("stage bounds against schedules their relaxation allows (property)", ()
           spread: fc.double({ min: 0, max: 4, noNaN: true }),
           blocks: fc.integer({ min: 60, max: 900 }),
           maxNumSeqs: fc.integer({ min: 2, max: 64 }),
-          priority: fc.constantFrom<Priority>("youngest", "oldest", "arrival", "shuffled"),
+          priority: fc.constantFrom<RelaxedPriority>("youngest", "oldest", "arrival", "ranked"),
           placement: fc.constantFrom<Placement>("round-robin", "random", "by-prompt"),
           salt: fc.nat(),
         }),
@@ -420,7 +345,12 @@ describe("stage bounds against schedules their relaxation allows (property)", ()
               : c.placement === "by-prompt"
                 ? (i: number) => (c.picks[i][0] % prompts) % c.replicas
                 : undefined;
-          const achieved = relaxedSchedule(f, jobs, free, c.priority, home, mix);
+          const achieved = relaxedSchedule(f, jobs, {
+            freeTokens: free,
+            priority: c.priority,
+            home,
+            rank: mix,
+          }).outputTokensPerS;
           closest = Math.max(closest, achieved / bound.output_tokens_per_s);
           assert.ok(
             achieved <= bound.output_tokens_per_s * (1 + 1e-9),
