@@ -10,10 +10,10 @@ import fc from "fast-check";
 import type { RequestSpec, StageInfo, Workload } from "../src/bench/workloads/types.ts";
 import { computeLimits } from "../src/sim/fleet/limits.ts";
 import { PromptTokenizer } from "../src/sim/fleet/prompt-tokens.ts";
+import { type RelaxedJob, type RelaxedPriority, relaxedSchedule } from "../src/sim/fleet/relaxed-schedule.ts";
 import type { FleetConfig } from "../src/sim/fleet/replica.ts";
 import { parseScenario } from "../src/sim/fleet/scenario.ts";
 import { simulate } from "../src/sim/fleet/simulate.ts";
-import { type RelaxedJob, type RelaxedPriority, relaxedSchedule } from "../src/sim/fleet/relaxed-schedule.ts";
 import { mixedStep } from "../src/sim/fleet/stage-limits.ts";
 import { loadProfile } from "../src/sim/profiles.ts";
 
