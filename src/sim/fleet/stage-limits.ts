@@ -42,9 +42,11 @@
  * It assumes the regime's resident set stays in KV through the stage. vLLM keeps a cached prefix
  * only while there is room: under pressure it drops blocks no running request reads and recomputes
  * them when a request comes back for them, and a schedule doing that on purpose (prompts this stage
- * does not send, or whose requests are done) would hold less. Not counted; on the 150 × 5 run its
- * 20–60 QPS stages send every prompt, and at 3–15 QPS no replica runs enough sequences to fill its
- * KV.
+ * does not send, or whose requests are done) would hold less. Not counted. On the 150 × 5 run the
+ * 20–60 QPS stages send all but at most 15 of the 750 prompts (15 at 35 QPS: 2,250 tokens a
+ * replica, 2.7% of the KV beside the resident set), and at 3–15 QPS no replica runs enough
+ * sequences to fill its KV; what dropping the prompts whose requests are done within a stage could
+ * gain was not bounded.
  *
  * What it leaves out, so it is not reachable:
  * - the drain. A step costs the model's fixed part σ (launch and weight streaming: 12.2 ms of a ~95
