@@ -247,13 +247,27 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     }
     if (r.stage !== undefined) {
       let s = perStage.get(r.stage);
-      if (s === undefined)
-        perStage.set(r.stage, (s = { requests: 0, prompt: 0, output: 0, groupHits: 0, repeatHits: 0 }));
+      if (s === undefined) perStage.set(r.stage, (s = stageSums()));
+      const o = r.maxTokens;
       s.requests++;
       s.prompt += p.tokens;
-      s.output += r.maxTokens;
+      s.output += o;
       s.groupHits += groupHits - groupBefore;
       s.repeatHits += repeatHits - repeatBefore;
+      // The engine emits a request's first token from its prefill step and decodes the other O − 1 at
+      // contexts P + 1 … P + O − 1; it holds U + m private tokens while making token m + 1.
+      s.decodeRead += (o - 1) * p.tokens + (o * (o - 1)) / 2;
+      s.outputPairs += (o * (o - 1)) / 2;
+      const uncached = [
+        p.tokens,
+        p.tokens - (groupHits - groupBefore),
+        p.tokens - (repeatHits - repeatBefore),
+      ];
+      for (let k = 0; k < 3; k++) {
+        const u = uncached[k];
+        s.byRegime[k].attention += u * (p.tokens - u / 2);
+        s.byRegime[k].uncachedOutput += u * o;
+      }
     }
   }
   let groupResidentSum = 0;
@@ -339,7 +353,7 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       [regimes.group, (s: StageSums) => s.groupHits],
       [regimes.repeat, (s: StageSums) => s.repeatHits],
     ] as const
-  ).map(([g, hits]) => ({
+  ).map(([g, hits], k) => ({
     freeTokensPerReplica: hbmFree(g),
     stages: new Map(
       [...perStage].map(([i, s]) => [
@@ -348,6 +362,15 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
           uncachedMean: (s.prompt - hits(s)) / s.requests,
           promptMean: s.prompt / s.requests,
           outputMean: s.output / s.requests,
+          perToken:
+            s.output > 0
+              ? {
+                  decodeContext: s.decodeRead / s.output,
+                  prefillTokens: (s.prompt - hits(s)) / s.output,
+                  prefillAttention: s.byRegime[k].attention / s.output,
+                  privateTokens: (s.byRegime[k].uncachedOutput + s.outputPairs) / s.output,
+                }
+              : undefined,
         },
       ]),
     ),
@@ -376,6 +399,25 @@ interface StageSums {
   output: number;
   groupHits: number;
   repeatHits: number;
+  /** Σ over requests of the KV tokens their decode steps read: (O − 1)·P + O(O − 1)/2. */
+  decodeRead: number;
+  /** Σ O(O − 1)/2: the generated tokens a request holds, summed over its steps. */
+  outputPairs: number;
+  /** Per regime (zero, group, repeat): Σ U(P − U/2), the prefill attention work, and Σ U·O. */
+  byRegime: { attention: number; uncachedOutput: number }[];
+}
+
+function stageSums(): StageSums {
+  return {
+    requests: 0,
+    prompt: 0,
+    output: 0,
+    groupHits: 0,
+    repeatHits: 0,
+    decodeRead: 0,
+    outputPairs: 0,
+    byRegime: [0, 1, 2].map(() => ({ attention: 0, uncachedOutput: 0 })),
+  };
 }
 
 function commonBlocks(a: readonly number[], b: readonly number[]): number {

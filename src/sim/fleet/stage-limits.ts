@@ -18,29 +18,54 @@
  * earliest time E the integral of that reaches the stage's output tokens, nor before any request's
  * arrival plus its output tokens at one decode step each. The bound is W / E.
  *
- * Each stage is read with its own requests under each prefix-reuse regime that fits (limits.ts), and
- * the best regime is kept: U is the stage's mean uncached prompt tokens with every block computed by
- * an earlier request (of any stage) reusable, C = (KV − the regime's resident set) ÷ (U + half the
- * stage's mean output), capped by max_num_seqs and the token budget. A stage is not charged the
- * prefixes its predecessors computed: in llm-d's 150 × 5 run every prompt is seen in the warm-up, so
- * the saturated stages compute one token per prompt (U = 1, C = 164), not the run's mean of 106
- * (C = 135), and their bounds are 3% higher than with the run's mean. The run's mean made the bound
- * no bound: a schedule its relaxation allows (free preemption, each replica running its share of a
- * stage youngest-first within the KV beside the resident set, block-granular) finished those stages
- * faster than it said. test/fleet-stage-limits.test.ts runs that schedule against the bound.
+ * Each stage is read with its own requests under each prefix-reuse regime that fits (limits.ts),
+ * and the best regime is kept: U is the stage's mean uncached prompt tokens with every block
+ * computed by an earlier request (of any stage) reusable, C = (KV − the regime's resident set) ÷
+ * (private KV a sequence holds per token it makes, U + (O − 1)/2 for one answer length), capped by
+ * max_num_seqs and the token budget. A step of k sequences costs the step-time model's fixed part
+ * plus k × the stage's work per output token, summed exactly over its requests (stepTerms,
+ * PerToken): a request's first token comes from its prefill step, so only O − 1 of its tokens read
+ * the KV as decodes (charging every token a decode at the mean context made the bound 0.08% too
+ * tight on the 150 × 5 run: a fast-check property in test/fleet-stage-limits.test.ts found a
+ * schedule beating it). A stage is not charged the prefixes its predecessors computed: in llm-d's
+ * 150 × 5 run every prompt is seen in the warm-up, so the saturated stages compute one token per
+ * prompt (U = 1, C = 164), not the run's mean of 106 (C = 135), and their bounds are 3% higher than
+ * with the run's mean. The run's mean made the bound no bound: a schedule its relaxation allows
+ * (free preemption, each replica running its share of a stage youngest-first within the KV beside
+ * the resident set, block-granular) finished those stages faster than it said.
+ * test/fleet-stage-limits.test.ts runs that schedule against the bound.
  *
  * Warm-up stages get no bound, and a stage that computes part of the resident set for the first
  * time is read as if the whole set were held from its start (KV is over-reserved for it; llm-d's
  * 150 × 5 run computes every prompt in its warm-up, so its measured stages are not affected).
  *
+ * It assumes the regime's resident set stays in KV through the stage. vLLM keeps a cached prefix
+ * only while there is room: under pressure it drops blocks no running request reads and recomputes
+ * them when a request comes back for them, and a schedule doing that on purpose (prompts this stage
+ * does not send, or whose requests are done) would hold less. Not counted. On the 150 × 5 run the
+ * 20–60 QPS stages send all but at most 15 of the 750 prompts (15 at 35 QPS: 2,250 tokens a
+ * replica, 2.7% of the KV beside the resident set), and at 3–15 QPS no replica runs enough
+ * sequences to fill its KV; what dropping the prompts whose requests are done within a stage could
+ * gain was not bounded.
+ *
  * What it leaves out, so it is not reachable:
- * - the drain. A request decodes at most one token per step, so in its replica's last k steps every
- *   running request has generated at least O − k tokens, and the KV then holds at most
- *   (KV − resident) ÷ (U + O − k) of them: the last steps of a stage run below full concurrency
- *   whatever the schedule, free preemption included. On the 150 × 5 run's 60 QPS stage that caps the
- *   last ~500 steps of each replica (164 sequences fall to 82 at the last step) and, with replicas
- *   treated alike, would move the bound by ~1.6%. It is not counted because a proof that holds with
- *   the ramp-up for replicas that differ was not written;
+ * - the drain. A step costs the model's fixed part σ (launch and weight streaming: 12.2 ms of a ~95
+ *   ms step on the 150 × 5 run) plus per-request terms, so a replica's time is its idle time + σ ×
+ *   its steps + per-request work no schedule changes; only the step count is the schedule's. Tokens
+ *   a request makes after its m-th come at a replica's step m + 1 or later, so the replica takes at
+ *   least m + (KV those tokens hold, summed over their steps) ÷ (KV beside the resident set) steps,
+ *   for every m. With the 60 QPS stage dealt evenly (187.5 requests a replica) that is 1,359 steps
+ *   (m = 439) where the area alone (m = 0) gives 1,140, and with the ramp-up counted (work and
+ *   steps before a time τ bounded by the arrivals) the stage's end would move from 113.1 to about
+ *   115.3 s. It is not counted because it is not a bound over placements: the m steps are owed only
+ *   by replicas still holding such tokens, a router may load replicas unevenly, and with the
+ *   placement left free (work and progress bounded only in total) the same argument ends each of
+ *   the stages tried (20, 40, 49 and 60 QPS) before this bound does (112.5 against 113.1 s at 60 QPS). No proof that the
+ *   even spread is the worst case for the drain was found. How much any tighter bound within this
+ *   relaxation could gain is measured by `npm run bench:stage-slack --
+ *   scenarios/shared-prefix-73.yaml`: a schedule the relaxation allows (youngest-first, free
+ *   preemption; relaxed-schedule.ts) ends the 40–60 QPS stages 2.4–3.0% after the bound with
+ *   requests dealt evenly, 3.9–5.1% with whole prefix groups per replica;
  * - what the engine's own scheduling costs: vLLM admits requests without reserving KV for their
  *   answers and recomputes the ones it preempts, so a stage that arrives in a burst ages as a cohort
  *   and preempts (in the 150 × 5 run's 60 QPS stage, precise: ~130 preemptions and 33–159k prompt
@@ -92,12 +117,58 @@ export interface StageLimit {
   output_tokens_per_s: number;
 }
 
+/**
+ * A stage's work per output token, summed exactly over its requests (limits.ts): each request
+ * emits its first token from its prefill step and decodes the rest, so a mean prompt and answer
+ * would charge every token a decode read it does not make.
+ */
+export interface PerToken {
+  /** KV tokens read by decodes: Σ ((O − 1)·P + O(O − 1)/2) ÷ Σ O. */
+  decodeContext: number;
+  /** Prompt tokens prefilled: Σ U ÷ Σ O. */
+  prefillTokens: number;
+  /** Prefill attention work, Σ U(P − U/2) ÷ Σ O (the same however the prompt is chunked). */
+  prefillAttention: number;
+  /** Private KV tokens held per running sequence, per token made: Σ (U·O + O(O − 1)/2) ÷ Σ O. */
+  privateTokens: number;
+}
+
 /** One prefix-reuse regime as the stage bounds read it (limits.ts). */
 export interface StageRegime {
   /** KV tokens per replica left beside the regime's resident set (≤ 0: the regime does not fit). */
   freeTokensPerReplica: number;
-  /** Per stage index: the stage's own mean uncached prompt, prompt and output tokens per request. */
-  stages: ReadonlyMap<number, { uncachedMean: number; promptMean: number; outputMean: number }>;
+  /**
+   * Per stage index: the stage's own mean uncached prompt, prompt and output tokens per request, and
+   * (when known) its exact work per output token, which the bound then uses instead of the means.
+   */
+  stages: ReadonlyMap<
+    number,
+    { uncachedMean: number; promptMean: number; outputMean: number; perToken?: PerToken }
+  >;
+}
+
+/**
+ * The step-time model's terms, each linear in what it counts (profile.ts): a step costs
+ * `step` + `request` per scheduled request + `context` per decode KV token read + `prefill` per
+ * prompt token + `attention` per unit of prefill attention work.
+ */
+export function stepTerms(fleet: FleetConfig): {
+  step: number;
+  request: number;
+  context: number;
+  prefill: number;
+  attention: number;
+} {
+  const t = (prefills: { tokens: number; context: number }[], decodeContexts: number[]) =>
+    stepTime(fleet.profile, { prefills, decodeContexts }).total;
+  const one = t([], [0]);
+  const request = t([], [0, 0]) - one;
+  const context = (t([], [1024]) - one) / 1024;
+  const chunk = t([{ tokens: 1024, context: 0 }], []);
+  const attention = (t([{ tokens: 1024, context: 1024 }], []) - chunk) / (1024 * 1024);
+  // 1,024 tokens at context 0 carry 1,024²/2 units of attention work.
+  const prefill = (chunk - one - (attention * 1024 * 1024) / 2) / 1024;
+  return { step: one - request, request, context, prefill, attention };
 }
 
 /**
@@ -117,6 +188,7 @@ export function stageLimits(
   const one = { ...fleet, replicas: 1 };
   // One token per step at best; no step is shorter than one decode with nothing else in it.
   const fastest = stepTime(fleet.profile, { prefills: [], decodeContexts: [1] }).total;
+  const terms = stepTerms(fleet);
   const out: StageLimit[] = [];
   for (const st of workload.stages) {
     // A warm-up builds the resident set that the regimes hold from the start: not read against a bound.
@@ -143,12 +215,29 @@ export function stageLimits(
       const cap = mixedStep(one, conc, s.uncachedMean, s.promptMean, s.outputMean).concurrency;
       // g[k]: one replica's output tokens/s with k sequences.
       const g = [0];
-      for (let k = 1; k <= cap; k++)
-        g.push(mixedStep(one, k, s.uncachedMean, s.promptMean, s.outputMean).output);
+      if (s.perToken !== undefined) {
+        // Exact per-token work: a step making k tokens costs step + k × (one request, its decode
+        // read, its share of prefill GEMM and attention).
+        const w = s.perToken;
+        const perSeq =
+          terms.request +
+          terms.context * w.decodeContext +
+          terms.prefill * w.prefillTokens +
+          terms.attention * w.prefillAttention;
+        const kvCap =
+          w.privateTokens > 0 ? Math.floor(regime.freeTokensPerReplica / w.privateTokens) : fleet.maxNumSeqs;
+        const budgetCap = Math.floor(fleet.maxNumBatchedTokens / (1 + w.prefillTokens));
+        const c = Math.max(1, Math.min(fleet.maxNumSeqs, kvCap, budgetCap));
+        if (!(kvCap > 0)) continue;
+        for (let k = 1; k <= c; k++) g.push(k / (terms.step + k * perSeq));
+      } else
+        for (let k = 1; k <= cap; k++)
+          g.push(mixedStep(one, k, s.uncachedMean, s.promptMean, s.outputMean).output);
+      const top = g.length - 1;
       const fleetRate = (arrived: number): number => {
         const q = Math.floor(arrived / R);
         const extra = arrived - q * R;
-        return extra * g[Math.min(cap, q + 1)] + (R - extra) * g[Math.min(cap, q)];
+        return extra * g[Math.min(top, q + 1)] + (R - extra) * g[Math.min(top, q)];
       };
       let done = 0;
       let end = Number.POSITIVE_INFINITY;
@@ -170,7 +259,7 @@ export function stageLimits(
         output_tokens: work,
         last_arrival_s: jobs[jobs.length - 1].at,
         uncached_prompt_tokens_mean: s.uncachedMean,
-        concurrency_per_replica: cap,
+        concurrency_per_replica: top,
         earliest_end_s: end,
         output_tokens_per_s: end > 0 ? work / end : 0,
       };
