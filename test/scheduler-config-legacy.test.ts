@@ -74,6 +74,7 @@ describe("GIE release shapes", () => {
       maxPrefixBlocksToMatch: 2048,
       maxPrefixTokensToMatch: 4096,
       lruCapacityPerServer: 7813,
+      countOutputTokens: false,
     });
     assert.equal(
       plugin(config, "prefix-cache-scorer").parameters.prefixMatchInfoProducerName,

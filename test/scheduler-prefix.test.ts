@@ -118,6 +118,55 @@ describe("approx-prefix-cache-producer", () => {
     assert.equal(p.stats().hitRatio, 0);
   });
 
+  describe("countOutputTokens: the index ages prefixes by all the engine allocates", () => {
+    const eps = [endpoint("a:1"), endpoint("b:1")];
+    const doc = "d".repeat(256 * 4); // 4 index blocks
+    const matchOnA = (p: ApproxPrefixProducer, id: string) => {
+      const c = cycleFor(completion(id, doc), eps);
+      p.produce(c, eps);
+      return (c.get(prefixKey("p")) as PrefixMatchInfo).matchBlocks("a:1");
+    };
+    /** A short question (no whole index block) picked for a:1 and answered with `out` tokens. */
+    const answer = (p: ApproxPrefixProducer, id: string, out: number) => {
+      const c = cycleFor(completion(id, "q?"), eps);
+      p.produce(c, eps);
+      p.preRequest(c, { requestId: id, target: eps[0], profiles: {} } as never);
+      p.onResponseComplete(completion(id, ""), "a:1", 0, { outputTokens: out });
+    };
+    const pick = (p: ApproxPrefixProducer, id: string) => {
+      const c = cycleFor(completion(id, doc), eps);
+      p.produce(c, eps);
+      p.preRequest(c, { requestId: id, target: eps[0], profiles: {} } as never);
+    };
+    // An LRU of 10 index blocks (640 tokens): four 200-token answers outgrow it.
+    const params = { autoTune: false, lruCapacityPerServer: 10 };
+
+    it("forgets a prefix once answers since have filled the endpoint's KV; llm-d's index keeps it", () => {
+      for (const countOutputTokens of [true, false]) {
+        const p = producer({ ...params, countOutputTokens });
+        assert.equal(p.wantsResponseUsage, countOutputTokens);
+        pick(p, "doc");
+        p.onResponseComplete(completion("doc", ""), "a:1", 0, { outputTokens: 1 });
+        assert.equal(matchOnA(p, "probe0"), 4);
+        for (let i = 0; i < 4; i++) answer(p, `q${i}`, 200);
+        assert.equal(
+          matchOnA(p, "probe1"),
+          countOutputTokens ? 0 : 4,
+          `countOutputTokens ${countOutputTokens}`,
+        );
+      }
+    });
+
+    it("frees a request's prompt blocks young at its end, however much was allocated while it decoded", () => {
+      const p = producer({ ...params, countOutputTokens: true });
+      pick(p, "doc");
+      for (let i = 0; i < 4; i++) answer(p, `q${i}`, 200);
+      p.onResponseComplete(completion("doc", ""), "a:1", 0, { outputTokens: 1 });
+      assert.equal(matchOnA(p, "probe"), 4);
+      assert.equal(p.heldRequests, 0);
+    });
+  });
+
   it("separates models and cache salts", () => {
     const p = producer();
     const eps = [endpoint("a:1")];

@@ -17,6 +17,9 @@ import type {
   EndpointState,
   PluginStats,
   PreRequestHook,
+  RequestFacts,
+  ResponseHooks,
+  ResponseInfo,
   ScheduleResult,
   TypedName,
 } from "../../types.ts";
@@ -29,6 +32,11 @@ import { ApproxPrefixIndex } from "./indexer.ts";
 export const APPROX_PREFIX_TYPE = "approx-prefix-cache-producer";
 /** Block-size floor: smaller blocks blow up index memory (llm-d-router#1158). */
 export const MIN_BLOCK_SIZE_TOKENS = 64;
+/**
+ * High 32 bits of the synthetic churn blocks' hashes (countOutputTokens): a real block hash has them
+ * with probability 2^-32, and then also needs its low half to be one of the few live churn counters.
+ */
+const CHURN_HI = 0x4b56_4348 | 0;
 /** Profile whose target also learns the blocks in P/D (hard-coded in llm-d too). */
 export const PREFILL_PROFILE = "prefill";
 
@@ -38,6 +46,13 @@ export const approxPrefixParams = z.strictObject({
   maxPrefixBlocksToMatch: z.number().int().nonnegative().default(2048),
   maxPrefixTokensToMatch: z.number().int().nonnegative().default(131072),
   lruCapacityPerServer: z.number().int().positive().default(31250),
+  /**
+   * kvgate: count what a request makes the engine allocate beyond its prompt's full blocks — the
+   * prompt's tail and the output tokens (ResponseInfo.outputTokens: the gateway then reads each
+   * response's usage) — as blocks in its endpoint's LRU, so a prefix leaves the index about when
+   * the engine's KV churn evicts it (see #churn). false = llm-d's: prompt blocks only.
+   */
+  countOutputTokens: z.boolean().default(false),
 });
 export type ApproxPrefixParams = z.output<typeof approxPrefixParams>;
 
@@ -54,8 +69,16 @@ class MatchInfo extends MapMatchInfo {
   }
 }
 
-export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
+export class ApproxPrefixProducer implements DataProducer, PreRequestHook, ResponseHooks {
   readonly typedName: TypedName;
+  readonly wantsResponseUsage: boolean;
+  /** countOutputTokens: per endpoint, tokens allocated but not yet a whole block, and its last LRU capacity. */
+  readonly #churned = new Map<string, { tokens: number; capacity: number }>();
+  /** countOutputTokens: each request in flight's prompt blocks and tail, to free at its end. */
+  readonly #held = new Map<string, { hashes: PackedHashes[]; tail: number }>();
+  #blockSize = MIN_BLOCK_SIZE_TOKENS;
+  /** Synthetic blocks added for churn so far (their hashes: CHURN_HI, then this count). */
+  #churnBlocks = 0;
   readonly index = new ApproxPrefixIndex();
   readonly #key: DataKey<PrefixMatchInfo>;
   readonly #roots = new Map<string, bigint>();
@@ -77,6 +100,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
   ) {
     this.typedName = { type: APPROX_PREFIX_TYPE, name };
     this.#key = prefixKey(name);
+    this.wantsResponseUsage = params.countOutputTokens;
   }
 
   produces(): DataKey<unknown>[] {
@@ -129,13 +153,19 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
     const targets = [primary];
     const prefill = result.profiles[PREFILL_PROFILE]?.target;
     if (prefill && prefill.id !== primary.id) targets.push(prefill);
+    const tail = Math.max(0, info.promptTokens - info.totalBlocks * info.blockSizeTokens);
     for (const t of targets) {
       const cap = this.capacity(t, info.blockSizeTokens);
       for (const hashes of info.hashes) {
         this.index.addPacked(t.id, hashes, cap);
         this.onLearn?.(t.id, hashes, cap, info.blockSizeTokens);
       }
+      if (this.params.countOutputTokens) {
+        this.#blockSize = info.blockSizeTokens;
+        this.#churn(t.id, 0, cap);
+      }
     }
+    if (this.params.countOutputTokens) this.#held.set(result.requestId, { hashes: info.hashes, tail });
     this.#hitBlocks += info.matchBlocks(primary.id);
     this.#lookupBlocks += info.totalBlocks;
   }
@@ -162,6 +192,59 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook {
 
   retainEndpoints(pool: ReadonlySet<string>): void {
     this.index.retain(pool);
+    this.retainChurn(pool);
+  }
+
+  onResponseComplete(req: RequestFacts, endpointId: string, _now: number, info?: ResponseInfo): void {
+    if (!this.params.countOutputTokens) return;
+    const held = this.#held.get(req.requestId);
+    this.#held.delete(req.requestId);
+    const c = this.#churned.get(endpointId);
+    if (held === undefined || c === undefined) return;
+    // Freed now: the engine puts a finished request's blocks at the young end of its LRU, and
+    // until then they were held (never evicted) however long it decoded.
+    for (const hashes of held.hashes) this.index.addPacked(endpointId, hashes, c.capacity);
+    this.#churn(endpointId, held.tail + Math.max(0, info?.outputTokens ?? 0), c.capacity);
+  }
+
+  /**
+   * The engine frees a finished request's blocks to the tail of its LRU free queue and takes every
+   * new block from the head, so each block it allocates — prompt or output, 16 tokens in vLLM — ages
+   * every cached prefix. The index, learning only its picks' full prompt blocks (≥ 64 tokens each),
+   * ages them far slower: on mixed-length, where a 40-token question with a 200-token answer adds no
+   * index block at all, a 50,000-token document stayed in the index after the engine had evicted
+   * it, and the affinity filter kept sending its next request to a replica that prefilled it cold
+   * beside the documents it was decoding. So those tokens enter the endpoint's LRU too, as blocks
+   * of unique hashes no prompt matches, once they add up to a whole index block.
+   */
+  #churn(endpointId: string, tokens: number, capacity: number): void {
+    let c = this.#churned.get(endpointId);
+    if (c === undefined) {
+      c = { tokens: 0, capacity };
+      this.#churned.set(endpointId, c);
+    }
+    c.capacity = capacity;
+    c.tokens += tokens;
+    const bs = this.#blockSize;
+    const n = Math.floor(c.tokens / bs);
+    if (n <= 0) return;
+    c.tokens -= n * bs;
+    const packed = new Array<number>(2 * n);
+    for (let i = 0; i < n; i++) {
+      const k = this.#churnBlocks++;
+      packed[2 * i] = k | 0;
+      packed[2 * i + 1] = CHURN_HI + Math.floor(k / 2 ** 32);
+    }
+    this.index.addPacked(endpointId, packed, capacity);
+  }
+
+  /** Requests in flight whose blocks are kept to free at their end (countOutputTokens). */
+  get heldRequests(): number {
+    return this.#held.size;
+  }
+
+  retainChurn(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#churned.keys()]) if (!pool.has(id)) this.#churned.delete(id);
   }
 
   stats(): PluginStats {
