@@ -71,12 +71,19 @@ export class UsageScanner {
   #tail = "";
 
   push(chunk: Buffer): void {
-    const text = this.#tail + chunk.toString("latin1");
-    for (const m of text.matchAll(USAGE)) {
-      if (m[1] === "prompt") this.promptTokens = Number(m[2]);
-      else this.completionTokens = Number(m[2]);
-    }
+    this.pushText(chunk.toString("latin1"));
+  }
+
+  /** push() for a chunk already decoded as latin1. */
+  pushText(chunk: string): void {
+    const text = this.#tail + chunk;
+    // Most chunks of a stream carry no usage: the regex runs only where it can match.
+    if (text.includes("_tokens"))
+      for (const m of text.matchAll(USAGE)) {
+        if (m[1] === "prompt") this.promptTokens = Number(m[2]);
+        else this.completionTokens = Number(m[2]);
+      }
     // Enough to finish a key and number split across chunks.
-    this.#tail = text.slice(-48);
+    this.#tail = text.length > 48 ? text.slice(-48) : text;
   }
 }
