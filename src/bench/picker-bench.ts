@@ -22,7 +22,9 @@
  * (picker-locality.ts), so `<config>` against it is the locality step's own cost. The twin decides
  * each request right after its untimed shadow decided the same one, which leaves the request's data
  * warm in the CPU caches; so when the twin is in the run, `<config>` gets an untimed shadow of its
- * own too (another instance of the config), and both sides of the difference are timed alike.
+ * own too (another instance of the config), and both sides of the difference are timed alike. The
+ * locality step is also timed alone (its filter() call, spilling and `~home`), beside the default
+ * config's decision p99, as the multi-pool step is.
  *
  * Usage: see USAGE below (`npm run bench:picker -- --help`).
  */
@@ -46,7 +48,7 @@ import {
   WORKLOAD_DEFAULTS,
 } from "./picker-decision.ts";
 import { type GatewayBenchResult, runGatewayBench } from "./picker-gateway.ts";
-import { SPILL_SET, spillSetPair } from "./picker-locality.ts";
+import { SPILL_SET, spillSetPair, timeLocalityFilter } from "./picker-locality.ts";
 import { type MultiPoolStepResult, runMultiPoolStep } from "./picker-multi-pool.ts";
 import { approximateTwin, KvEventFeed, preciseIndexes, TokenizedWorkload } from "./picker-precise.ts";
 
@@ -476,6 +478,7 @@ async function main(): Promise<void> {
   const cal = withDecision ? medianPercentiles(calibration) : null;
   if (cal !== null) printDecisions(cells, cal);
   const multiPool = withDecision ? multiPoolStep(cells) : null;
+  const locality = withDecision ? await localityStep(cells, workload, warmSpecs, timedSpecs) : [];
 
   let gateway: GatewayBenchResult | null = null;
   let gatewayError: string | null = null;
@@ -554,6 +557,7 @@ async function main(): Promise<void> {
     })),
     gateway: gateway ?? (gatewayError !== null ? { error: gatewayError } : null),
     multiPool,
+    locality,
   };
   const path = resolve(args.json ?? "results/bench-picker.json");
   mkdirSync(dirname(path), { recursive: true });
@@ -590,6 +594,63 @@ function multiPoolStep(
               : " (once per model and second, not per request)")),
     );
   return { ...r, referenceP99Us: refP99 };
+}
+
+/**
+ * The locality-filter step alone (its filter() call's own time), for each `<config>` run beside its
+ * `~spill-set` twin: spilling on every decision, and as `<config>~home` (the local pool has room),
+ * over the same decisions as the cells, at the largest size, beside the default config's decision
+ * p99; target: the step's p99 ≤ 10% of that, as for the multi-pool step.
+ */
+async function localityStep(
+  cells: DecisionCell[],
+  workload: ChatWorkload,
+  warmSpecs: ReturnType<ChatWorkload["batch"]>,
+  timedSpecs: ReturnType<ChatWorkload["batch"]>,
+): Promise<{ config: string; stepUs: Percentiles; referenceP99Us: number | null }[]> {
+  const big = sizes[sizes.length - 1];
+  const bases = configs.filter((c) => configs.includes(c + SPILL_SET));
+  if (bases.length === 0) return [];
+  const ref = cells.find((c) => !c.cold && c.endpoints === big && c.config === "default");
+  const refP99 = ref?.schedule.p99 ?? null;
+  console.log(
+    `\nLocality step alone (locality-filter's filter() call), µs at ${big} endpoints, median of ${reps} reps:`,
+  );
+  const out: { config: string; stepUs: Percentiles; referenceP99Us: number | null }[] = [];
+  for (const config of bases.flatMap((b) => [b, b + HOME])) {
+    const per: Percentiles[] = [];
+    for (let rep = 0; rep < reps; rep++) {
+      const { scheduler } = await createScheduler(configText(config), { seed: 1 + rep });
+      const timer = timeLocalityFilter(config, scheduler);
+      gc?.();
+      runDecisions(
+        scheduler,
+        makeEndpoints(big, false),
+        workload,
+        warmSpecs,
+        timedSpecs,
+        {
+          calls,
+          scrapeEvery: 50,
+          inflight: Math.min(4 * big, 512),
+          dt: 0.002,
+          repeat: 1,
+        },
+        1 + rep,
+      );
+      per.push(timer.last(calls));
+    }
+    const p = medianPercentiles(per);
+    out.push({ config, stepUs: p, referenceP99Us: refP99 });
+    console.log(
+      `${config.padEnd(27)} p50 ${pad(f1(p.p50), 6)} p99 ${pad(f1(p.p99), 6)} max ${pad(f1(p.max), 7)}` +
+        (refP99 === null
+          ? ""
+          : ` | ${((100 * p.p99) / refP99).toFixed(1)}% of default@${big} decision p99 ${f1(refP99)} µs → ` +
+            `${p.p99 <= TARGET_MULTI_POOL_SHARE * refP99 ? "PASS" : "FAIL"} (target ≤ ${100 * TARGET_MULTI_POOL_SHARE}%)`),
+    );
+  }
+  return out;
 }
 
 main().catch((err) => {

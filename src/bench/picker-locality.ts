@@ -1,5 +1,7 @@
 /**
- * bench:picker's `<config>~spill-set` twin of a locality-filter config: the same config deciding
+ * bench:picker's locality-filter measurements.
+ *
+ * `<config>~spill-set` twin of a locality-filter config: the same config deciding
  * over the very candidate list its locality-filter leaves, without paying for the filter. A shadow
  * scheduler of the config itself runs each decision first, untimed (runDecisions' `shadow`), and
  * its filter's output is captured; the timed twin's filter only hands that list back. So the gap
@@ -9,6 +11,7 @@
 import { LOCALITY_FILTER_TYPE } from "../scheduler/plugins/filters/locality.ts";
 import { createScheduler, type Scheduler } from "../scheduler/scheduler.ts";
 import type { CycleState, EndpointState, Filter } from "../scheduler/types.ts";
+import { type Percentiles, percentiles } from "./picker-decision.ts";
 
 export const SPILL_SET = "~spill-set";
 
@@ -43,4 +46,26 @@ export async function spillSetPair(
   };
   ft[0].filter = (_cycle: CycleState, eps: readonly EndpointState[]) => captured ?? eps;
   return { twin, shadow };
+}
+
+/**
+ * Times `s`'s one locality-filter on its own: wraps its filter() so every call's duration is kept,
+ * for the caller to run decisions through `s` (their own timings are not this step's). The step
+ * alone is the figure the 10% target reads, the way the multi-pool step is timed alone; the
+ * twin's difference of two whole decisions' p99s is the same cost seen through both tails' noise.
+ * Throws as spillSetPair does when the config has no locality-filter or more than one.
+ */
+export function timeLocalityFilter(name: string, s: Scheduler): { last(n: number): Percentiles } {
+  const fs = localityFilters(s);
+  if (fs.length !== 1)
+    throw new Error(`${name}: needs exactly one locality-filter in its config, found ${fs.length}`);
+  const ns: number[] = [];
+  const real = fs[0].filter.bind(fs[0]);
+  fs[0].filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
+    const t0 = process.hrtime.bigint();
+    const out = real(cycle, eps);
+    ns.push(Number(process.hrtime.bigint() - t0));
+    return out;
+  };
+  return { last: (n) => percentiles(Float64Array.from(ns.slice(-n))) };
 }
