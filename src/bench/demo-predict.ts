@@ -7,7 +7,6 @@
  */
 import { fileURLToPath } from "node:url";
 import { stringify as toYaml } from "yaml";
-import { admissionFromConfig } from "../flow/admission.ts";
 import { DEFAULT_EPP_CONFIG_PATH } from "../gateway/routing.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
@@ -16,6 +15,7 @@ import { parseScenario } from "../sim/fleet/scenario.ts";
 import type { RequestRecord } from "./metrics.ts";
 import type { RunResult } from "./results.ts";
 import { buildRun } from "./run.ts";
+import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import type { WorkloadSpec } from "./workloads/spec.ts";
 import type { Workload } from "./workloads/types.ts";
 
@@ -69,19 +69,8 @@ export async function predict(
   const out: Prediction[] = [];
   for (const r of sc.routers) {
     const t0 = performance.now();
-    const { scheduler, config } = await createScheduler(r.configText, { seed: sc.seed });
-    const res = runFleet({
-      fleet: sc.fleet,
-      workload,
-      scheduler,
-      admission: admissionFromConfig(config).admission,
-      seed: sc.seed,
-      scrapeInterval: sc.scrapeInterval,
-      gatewayDelay: sc.gatewayDelay,
-      routerTokenizer: sc.routerTokenizer,
-      kvEventsDelay: sc.kvEventsDelay,
-      tokenizer,
-    });
+    const created = await createScheduler(r.configText, { seed: sc.seed });
+    const res = runFleet(scenarioFleetOptions(sc, r, created, workload, tokenizer));
     const run = buildRun(
       spec,
       workload,
