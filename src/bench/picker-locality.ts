@@ -15,11 +15,16 @@ import { type Percentiles, percentiles } from "./picker-decision.ts";
 
 export const SPILL_SET = "~spill-set";
 
-function localityFilters(s: Scheduler): Filter[] {
+/** `s`'s one locality-filter; throws when its config has none or several (`name` for the error). */
+function localityFilter(name: string, s: Scheduler): Filter {
   const out: Filter[] = [];
   for (const p of s.plugins.values())
     if ((p as Partial<Filter>).typedName?.type === LOCALITY_FILTER_TYPE) out.push(p as Filter);
-  return out;
+  if (out.length !== 1)
+    throw new Error(
+      `${name}: needs exactly one locality-filter in its config, found ${out.length}: use ${SPILL_SET} only on a locality config (e.g. locality${SPILL_SET})`,
+    );
+  return out[0];
 }
 
 /**
@@ -33,18 +38,14 @@ export async function spillSetPair(
 ): Promise<{ twin: Scheduler; shadow: Scheduler }> {
   const shadow = (await createScheduler(text, { seed })).scheduler;
   const twin = (await createScheduler(text, { seed })).scheduler;
-  const [fs, ft] = [localityFilters(shadow), localityFilters(twin)];
-  if (fs.length !== 1 || ft.length !== 1)
-    throw new Error(
-      `${name}: needs exactly one locality-filter in its config, found ${fs.length}: use ${SPILL_SET} only on a locality config (e.g. locality${SPILL_SET})`,
-    );
+  const [fs, ft] = [localityFilter(name, shadow), localityFilter(name, twin)];
   let captured: readonly EndpointState[] | null = null;
-  const real = fs[0].filter.bind(fs[0]);
-  fs[0].filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
+  const real = fs.filter.bind(fs);
+  fs.filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
     captured = real(cycle, eps);
     return captured;
   };
-  ft[0].filter = (_cycle: CycleState, eps: readonly EndpointState[]) => captured ?? eps;
+  ft.filter = (_cycle: CycleState, eps: readonly EndpointState[]) => captured ?? eps;
   return { twin, shadow };
 }
 
@@ -56,12 +57,10 @@ export async function spillSetPair(
  * Throws as spillSetPair does when the config has no locality-filter or more than one.
  */
 export function timeLocalityFilter(name: string, s: Scheduler): { last(n: number): Percentiles } {
-  const fs = localityFilters(s);
-  if (fs.length !== 1)
-    throw new Error(`${name}: needs exactly one locality-filter in its config, found ${fs.length}`);
+  const f = localityFilter(name, s);
   const ns: number[] = [];
-  const real = fs[0].filter.bind(fs[0]);
-  fs[0].filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
+  const real = f.filter.bind(f);
+  f.filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
     const t0 = process.hrtime.bigint();
     const out = real(cycle, eps);
     ns.push(Number(process.hrtime.bigint() - t0));

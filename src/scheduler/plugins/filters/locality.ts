@@ -50,11 +50,11 @@ import type {
 import { type InFlightInfo, inflightKey } from "../data.ts";
 
 export const LOCALITY_FILTER_TYPE = "locality-filter";
-
-/** The in-flight producer's counts by candidate position (InFlightInfo.byPosition). */
-type Aligned = { readonly requests: ArrayLike<number>; readonly tokens: ArrayLike<number> };
 export const REGION_LABEL = "topology.kubernetes.io/region";
 export const ZONE_LABEL = "topology.kubernetes.io/zone";
+
+/** The in-flight producer's counts by candidate position (InFlightInfo.byPosition). */
+type Aligned = NonNullable<ReturnType<NonNullable<InFlightInfo["byPosition"]>>>;
 
 export const localityParams = z
   .strictObject({
@@ -231,7 +231,7 @@ export class LocalityFilter implements Filter {
     }
     let kept: EndpointState[] | null = null;
     if (idx !== null) {
-      const req = (at as { requests: ArrayLike<number> }).requests;
+      const req = (at as Aligned).requests;
       for (let i = 0; i < out.length; i++) {
         const r = idx[i] >= 0 ? req[idx[i]] : info.requests(out[i].id);
         if (r >= max && kept === null) kept = out.slice(0, i);

@@ -192,7 +192,7 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook, Respo
 
   retainEndpoints(pool: ReadonlySet<string>): void {
     this.index.retain(pool);
-    this.retainChurn(pool);
+    for (const id of [...this.#churned.keys()]) if (!pool.has(id)) this.#churned.delete(id);
   }
 
   onResponseComplete(req: RequestFacts, endpointId: string, _now: number, info?: ResponseInfo): void {
@@ -241,10 +241,6 @@ export class ApproxPrefixProducer implements DataProducer, PreRequestHook, Respo
   /** Requests in flight whose blocks are kept to free at their end (countOutputTokens). */
   get heldRequests(): number {
     return this.#held.size;
-  }
-
-  retainChurn(pool: ReadonlySet<string>): void {
-    for (const id of [...this.#churned.keys()]) if (!pool.has(id)) this.#churned.delete(id);
   }
 
   stats(): PluginStats {
