@@ -12,10 +12,10 @@ import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { parseScenario } from "../sim/fleet/scenario.ts";
+import { scenarioFleetOptions } from "../sim/fleet/simulate.ts";
 import type { RequestRecord } from "./metrics.ts";
 import type { RunResult } from "./results.ts";
 import { buildRun } from "./run.ts";
-import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import type { WorkloadSpec } from "./workloads/spec.ts";
 import type { Workload } from "./workloads/types.ts";
 

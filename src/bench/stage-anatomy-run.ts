@@ -18,9 +18,8 @@ import { computeLimits } from "../sim/fleet/limits.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
-import { limitsFleet, scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { limitsFleet, scenarioFleetOptions, scenarioWorkload } from "../sim/fleet/simulate.ts";
 import { table } from "./format.ts";
-import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import { type AnatomyStageRecord, type AnatomyStageStep, stageAnatomy } from "./stage-anatomy.ts";
 
 const USAGE =

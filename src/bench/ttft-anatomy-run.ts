@@ -15,9 +15,8 @@ import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
-import { scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { scenarioFleetOptions, scenarioWorkload } from "../sim/fleet/simulate.ts";
 import { table } from "./format.ts";
-import { scenarioFleetOptions } from "./scenario-fleet.ts";
 import { type AnatomyRequest, type AnatomyStep, anatomy } from "./ttft-anatomy.ts";
 
 const { values: args, positionals } = parseArgs({

@@ -16,13 +16,13 @@ import { printConfig } from "../../scheduler/defaults.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import type { PrecisePrefixProducer } from "../../scheduler/plugins/precise-prefix-cache-producer.ts";
 import { createScheduler, type Scheduler } from "../../scheduler/scheduler.ts";
-import { preciseProducers, runFleet } from "./fleet.ts";
+import { type FleetRunOptions, preciseProducers, runFleet } from "./fleet.ts";
 import { FlowSim } from "./flow.ts";
 import { computeLimits, type Limits } from "./limits.ts";
 import { type LocalityConfig, type OriginRow, originRows, originWorkload } from "./locality.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { type FleetConfig, replicaId } from "./replica.ts";
-import { type Scenario, ScenarioError } from "./scenario.ts";
+import { type RouterSpec, type Scenario, ScenarioError } from "./scenario.ts";
 import { threadCpuSeconds } from "./thread-cpu.ts";
 
 export interface SimulateOptions {
@@ -214,32 +214,17 @@ export async function runRouter(
       `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
     );
   }
-  // With the flowControl gate, requests wait in flow control instead of legacy admission.
-  const flow = FlowSim.of(created.scheduler);
-  const admission = flow === null ? admissionFromConfig(created.config).admission : new Admission();
-  const objectives = new Map(Object.entries(created.config.objectives));
   const precise = preciseProducers(created.scheduler);
   for (const p of precise)
     if (p.blockSizeTokens !== r.pools[0].blockSize)
       throw new ScenarioError(
         `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${p.typedName.name}: blockSizeTokens ${p.blockSizeTokens} must equal the fleet's block size ${sc.fleet.blockSize}: the precise index keys engine blocks`,
       );
+  const opts = scenarioFleetOptions(sc, r, created, workload, tokenizer);
+  const { flow, objectives } = opts;
   const res = runFleet({
-    fleet: r.pools[0],
-    pools: r.pools,
-    kvLink: r.kvLink,
-    workload,
-    scheduler: created.scheduler,
+    ...opts,
     ...(r.gateways ? { gateways: { schedulers: [created.scheduler, ...peers], sync: r.gateways.sync } } : {}),
-    admission,
-    flow,
-    objectives,
-    seed: sc.seed,
-    scrapeInterval: sc.scrapeInterval,
-    gatewayDelay: sc.gatewayDelay,
-    routerTokenizer: sc.routerTokenizer,
-    kvEventsDelay: sc.kvEventsDelay,
-    tokenizer,
     ...(sc.locality !== undefined ? { locality: sc.locality } : {}),
   });
   const base = buildRun(
@@ -293,7 +278,7 @@ export async function runRouter(
           }
         : {}),
       config_warnings: created.warnings,
-      ...(flow !== null ? { flow_control: flow.summary() } : {}),
+      ...(flow ? { flow_control: flow.summary() } : {}),
       pools: poolSummary(r.pools),
       gpus: gpuCount(r.pools),
       ...(res.pd !== undefined ? { pd: res.pd, kv_link: r.kvLink } : {}),
@@ -370,4 +355,38 @@ function pickRouters(sc: Scenario, names: string[]): Scenario["routers"] {
 export function stripWallClock(r: SimResults): Omit<SimResults, "created" | "wall_clock"> {
   const { created: _c, wall_clock: _w, ...rest } = r;
   return rest;
+}
+
+/**
+ * The fleet-simulator run of one scenario router, as `kvgate simulate` runs it with one gateway and
+ * no locality: the router's scheduler with its flow control or admission, the scenario's timings.
+ * `kvgate simulate` adds its gateway peers and localities; benches that look inside a run
+ * (ttft-anatomy, stage-anatomy) add an observer, and the demo's prediction runs it as it is.
+ */
+export function scenarioFleetOptions(
+  sc: Scenario,
+  r: RouterSpec,
+  created: Awaited<ReturnType<typeof createScheduler>>,
+  workload: Workload,
+  tokenizer: PromptTokenizer,
+  pools: FleetConfig[] = r.pools,
+): FleetRunOptions {
+  // With the flowControl gate, requests wait in flow control instead of legacy admission.
+  const flow = FlowSim.of(created.scheduler);
+  return {
+    fleet: pools[0],
+    pools,
+    kvLink: r.kvLink,
+    workload,
+    scheduler: created.scheduler,
+    admission: flow === null ? admissionFromConfig(created.config).admission : new Admission(),
+    flow,
+    objectives: new Map(Object.entries(created.config.objectives)),
+    seed: sc.seed,
+    scrapeInterval: sc.scrapeInterval,
+    gatewayDelay: sc.gatewayDelay,
+    routerTokenizer: sc.routerTokenizer,
+    kvEventsDelay: sc.kvEventsDelay,
+    tokenizer,
+  };
 }
