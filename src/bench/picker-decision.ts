@@ -313,20 +313,8 @@ export function runDecisions(
   seed: number,
 ): DecisionRun {
   const rng = createRng(seed);
-  const inflight: { req: RequestFacts; id: string }[] = [];
-  let head = 0;
   let now = 1000;
-  const retire = () => {
-    while (inflight.length - head > o.inflight) {
-      const f = inflight[head++];
-      scheduler.onResponseStarted(f.req, f.id, now);
-      scheduler.onResponseComplete(f.req, f.id, now);
-    }
-    if (head > 4096) {
-      inflight.splice(0, head);
-      head = 0;
-    }
-  };
+  const inflight = inflightWindow(scheduler, o.inflight);
   const shadow = o.shadow === undefined ? null : shadowRunner(o.shadow, endpoints, workload, o.inflight);
   scrape(endpoints, rng, now);
   const feed = o.feed;
@@ -339,8 +327,7 @@ export function runDecisions(
     const r = scheduler.schedule(req, endpoints, now);
     scheduler.onPicked(req, r, now);
     feed?.picked(req, r, now);
-    if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
-    retire();
+    inflight.add(req, r, now);
   }
   const before = prefixStats(scheduler);
   const n = Math.min(o.calls, timedReqs.length);
@@ -362,12 +349,8 @@ export function runDecisions(
     feed?.picked(req, r, now);
     tSchedule[i] = Number(t1 - t0);
     tBoth[i] = Number(t2 - t0);
-    if (r.target !== null) {
-      targeted++;
-      // What the gateway keeps of a request in flight (server.ts): the facts without the prompt.
-      inflight.push({ req: withoutPrompt(req), id: r.target.id });
-    }
-    retire();
+    if (r.target !== null) targeted++;
+    inflight.add(req, r, now);
   }
   const after = prefixStats(scheduler);
   for (let i = 0; i < (o.repeat > 1 ? n : 0); i++) {
@@ -405,22 +388,39 @@ function shadowRunner(
   workload: Workload,
   window: number,
 ): (spec: RequestSpec, now: number, learn: boolean) => void {
-  const inflight: { req: RequestFacts; id: string }[] = [];
-  let head = 0;
+  const inflight = inflightWindow(shadow, window);
   return (spec, now, learn) => {
     const req = workload.materialize(spec);
     const r = shadow.schedule(req, endpoints, now);
     if (!learn) return;
     shadow.onPicked(req, r, now);
-    if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
-    while (inflight.length - head > window) {
-      const f = inflight[head++];
-      shadow.onResponseStarted(f.req, f.id, now);
-      shadow.onResponseComplete(f.req, f.id, now);
-    }
-    if (head > 4096) {
-      inflight.splice(0, head);
-      head = 0;
-    }
+    inflight.add(req, r, now);
+  };
+}
+
+/**
+ * A FIFO window of `size` requests in flight on `scheduler`: add() keeps a picked request (what the
+ * gateway keeps of it, server.ts: the facts without the prompt) and ends the oldest beyond the
+ * window (response started, then complete).
+ */
+function inflightWindow(
+  scheduler: BenchScheduler,
+  size: number,
+): { add(req: RequestFacts, r: ScheduleResult, now: number): void } {
+  const inflight: { req: RequestFacts; id: string }[] = [];
+  let head = 0;
+  return {
+    add(req, r, now) {
+      if (r.target !== null) inflight.push({ req: withoutPrompt(req), id: r.target.id });
+      while (inflight.length - head > size) {
+        const f = inflight[head++];
+        scheduler.onResponseStarted(f.req, f.id, now);
+        scheduler.onResponseComplete(f.req, f.id, now);
+      }
+      if (head > 4096) {
+        inflight.splice(0, head);
+        head = 0;
+      }
+    },
   };
 }
