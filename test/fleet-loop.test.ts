@@ -152,6 +152,53 @@ describe("fleet loop invariants", () => {
   });
 });
 
+describe("between-request measurements", () => {
+  it("calls Scheduler.refresh() every refreshIntervalS of virtual time, after the scrape at the same instant, and never without a refresher", async () => {
+    const sc = scenario("");
+    const locality = `{ plugins: [ { type: locality-filter, parameters: { remeasureMs: 30 } }, { type: queue-scorer }, { type: max-score-picker } ] }`;
+    const created = await createScheduler(locality, { seed: 1 });
+    const { opts } = await run(sc);
+    const s = created.scheduler;
+    assert.equal(s.refreshIntervalS, 0.03);
+    const calls: number[] = [];
+    const real = s.refresh.bind(s);
+    s.refresh = (now) => {
+      calls.push(now);
+      real(now);
+    };
+    let lastScrape = -1;
+    let scrapeFirst = true;
+    let shared = 0;
+    const res = runFleet({
+      ...opts,
+      scheduler: s,
+      admission: admissionFromConfig(created.config).admission,
+      observer: {
+        onEvent: (e) => {
+          if (e.kind === "scrape") lastScrape = e.time;
+          if (e.kind === "refresh" && e.time === Math.round(e.time / sc.scrapeInterval) * sc.scrapeInterval) {
+            shared++;
+            scrapeFirst &&= lastScrape === e.time;
+          }
+        },
+      },
+    });
+    const end = Math.max(...res.records.map((r) => r.end));
+    assert.ok(calls.length >= Math.floor(end / 0.03), `${calls.length} refreshes in ${end} s`);
+    for (const [k, t] of calls.entries()) assert.ok(Math.abs(t - k * 0.03) < 1e-9, `refresh ${k} at ${t}`);
+    assert.ok(
+      shared > 0 && scrapeFirst,
+      `a refresh at a scrape's instant reads that scrape (${shared} shared)`,
+    );
+    // A config without a refresher: no refresh events at all.
+    const plain = await run(sc);
+    let refreshes = 0;
+    runFleet({ ...plain.opts, observer: { onEvent: (e) => void (e.kind === "refresh" && refreshes++) } });
+    assert.equal(plain.scheduler.refreshIntervalS, null);
+    assert.equal(refreshes, 0);
+  });
+});
+
 describe("closed-loop warm-up", () => {
   it("marks each user's first request warm-up, and the measured figures leave those out", async () => {
     const sc = scenario();

@@ -432,4 +432,105 @@ schedulingProfiles:
     }
     assert.deepEqual(picks, ["a:1", "a:1", "b:1"]);
   });
+
+  it("with refresh() driven, requests read the measurement taken between requests and read no endpoint", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    assert.equal(f.refreshIntervalS, 0.05);
+    const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "w")];
+    // Count every read of an endpoint's metrics (the measure reads nothing else of an endpoint).
+    let reads = 0;
+    for (const e of eps) {
+      const m = e.metrics;
+      Object.defineProperty(e, "metrics", {
+        get: () => {
+          reads++;
+          return m;
+        },
+      });
+    }
+    const req = (now: number) => ids(f.filter(cycleFor(completion("r", "hi"), eps, now), eps));
+    assert.deepEqual(req(0), ["a:1"]); // the first request from an origin measures for itself
+    f.refresh(0.01);
+    (eps[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 9; // a scrape saturates a
+    reads = 0;
+    // 60 ms after the request's own measurement, 50 ms after the timer's: read, not re-measured.
+    assert.deepEqual(req(0.06), ["a:1"]);
+    assert.equal(reads, 0, "a request between refreshes reads no endpoint");
+    f.refresh(0.06);
+    assert.ok(reads >= 2, "refresh() measured both endpoints");
+    reads = 0;
+    assert.deepEqual(req(0.07), ["c:1"]);
+    assert.equal(reads, 0);
+    // The timer stalls (no refresh for 4 periods): the next request measures for itself again.
+    (eps[0].metrics as { waitingQueueSize: number }).waitingQueueSize = 0;
+    assert.deepEqual(req(0.2), ["c:1"]);
+    assert.deepEqual(req(0.27), ["a:1"]);
+    assert.ok(reads >= 2);
+  });
+
+  it("refresh() sees a relabelled endpoint and drops the stale grouping; spill: false asks for no refresh", () => {
+    const f = new LocalityFilter("f", { origin: { [REGION_LABEL]: "us-east" }, labels: [REGION_LABEL] });
+    const eps = [at("a:1", "us-east", "z"), at("b:1", "us-west", "z"), at("c:1", "us-west", "z")];
+    const req = (now: number) => ids(f.filter(cycleFor(completion("r", "hi"), eps, now), eps));
+    assert.deepEqual(req(0), ["a:1"]);
+    f.refresh(0.01);
+    // b moves to us-east (the datastore gives it a new labels object).
+    eps[1].labels = { [REGION_LABEL]: "us-east", [ZONE_LABEL]: "z" };
+    assert.deepEqual(req(0.02), ["a:1"]); // within the period, the request path does not re-read labels
+    f.refresh(0.05);
+    assert.deepEqual(req(0.06), ["a:1", "b:1"]);
+    assert.equal(
+      new LocalityFilter("g", { labels: [REGION_LABEL], spill: false }).refreshIntervalS,
+      null,
+      "local only measures nothing",
+    );
+    assert.equal(new LocalityFilter("h", { labels: [REGION_LABEL], remeasureMs: 0 }).refreshIntervalS, null);
+  });
+
+  it("Scheduler.refresh() measures with the in-flight producer's counts, so the next request spills at once", async () => {
+    const config = (extra: string) => `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: locality-filter
+  parameters: { origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2, spillThreshold: 0.2, recoverThreshold: 0.1${extra} }
+- type: inflight-load-producer
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: locality-filter
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`;
+    const picks = async (refresh: boolean) => {
+      const { scheduler } = await createScheduler(config(""), { seed: 1 });
+      assert.equal(scheduler.refreshIntervalS, 0.05);
+      const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "z")];
+      const out: string[] = [];
+      for (let k = 0; k < 3; k++) {
+        // Between the second and the third request the timer fires: a's batch is full (2 of 2).
+        if (k === 2 && refresh) scheduler.refresh(0.002);
+        const req = completion(`r${k}`, "hi");
+        const res = scheduler.schedule(req, eps, k * 0.001);
+        out.push(res.target?.id ?? "");
+        scheduler.onPicked(req, res, k * 0.001);
+      }
+      return out;
+    };
+    // Without the timer, the cached "home" list holds a alone and a full list is kept whole.
+    assert.deepEqual(await picks(false), ["a:1", "a:1", "a:1"]);
+    // With it, a full a (saturation 1.0) spills the region and steps aside: the third goes west.
+    assert.deepEqual(await picks(true), ["a:1", "a:1", "c:1"]);
+    const { scheduler: plain } = await createScheduler(
+      `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: max-score-picker
+`,
+      { seed: 1 },
+    );
+    assert.equal(plain.refreshIntervalS, null, "no plugin measures between requests");
+  });
 });

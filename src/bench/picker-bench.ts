@@ -607,7 +607,9 @@ async function localityStep(
   workload: ChatWorkload,
   warmSpecs: ReturnType<ChatWorkload["batch"]>,
   timedSpecs: ReturnType<ChatWorkload["batch"]>,
-): Promise<{ config: string; stepUs: Percentiles; referenceP99Us: number | null }[]> {
+): Promise<
+  { config: string; stepUs: Percentiles; refreshUs: Percentiles | null; referenceP99Us: number | null }[]
+> {
   const big = sizes[sizes.length - 1];
   const bases = configs.filter((c) => configs.includes(c + SPILL_SET));
   if (bases.length === 0) return [];
@@ -616,9 +618,15 @@ async function localityStep(
   console.log(
     `\nLocality step alone (locality-filter's filter() call), µs at ${big} endpoints, median of ${reps} reps:`,
   );
-  const out: { config: string; stepUs: Percentiles; referenceP99Us: number | null }[] = [];
+  const out: {
+    config: string;
+    stepUs: Percentiles;
+    refreshUs: Percentiles | null;
+    referenceP99Us: number | null;
+  }[] = [];
   for (const config of bases.flatMap((b) => [b, b + HOME])) {
     const per: Percentiles[] = [];
+    const perRefresh: Percentiles[] = [];
     for (let rep = 0; rep < reps; rep++) {
       const { scheduler } = await createScheduler(configText(config), { seed: 1 + rep });
       const timer = timeLocalityFilter(config, scheduler);
@@ -639,15 +647,21 @@ async function localityStep(
         1 + rep,
       );
       per.push(timer.last(calls));
+      const r = timer.refresh();
+      if (r !== null) perRefresh.push(r);
     }
     const p = medianPercentiles(per);
-    out.push({ config, stepUs: p, referenceP99Us: refP99 });
+    const refreshUs = perRefresh.length > 0 ? medianPercentiles(perRefresh) : null;
+    out.push({ config, stepUs: p, refreshUs, referenceP99Us: refP99 });
     console.log(
       `${config.padEnd(27)} p50 ${pad(f1(p.p50), 6)} p99 ${pad(f1(p.p99), 6)} max ${pad(f1(p.max), 7)}` +
         (refP99 === null
           ? ""
           : ` | ${((100 * p.p99) / refP99).toFixed(1)}% of default@${big} decision p99 ${f1(refP99)} µs → ` +
-            `${p.p99 <= TARGET_STEP_SHARE * refP99 ? "PASS" : "FAIL"} (target ≤ ${100 * TARGET_STEP_SHARE}%)`),
+            `${p.p99 <= TARGET_STEP_SHARE * refP99 ? "PASS" : "FAIL"} (target ≤ ${100 * TARGET_STEP_SHARE}%)`) +
+        (refreshUs === null
+          ? ""
+          : ` | between requests, refresh() p50 ${f1(refreshUs.p50)} p99 ${f1(refreshUs.p99)} per period`),
     );
   }
   return out;

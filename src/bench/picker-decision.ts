@@ -16,6 +16,25 @@ export interface BenchScheduler {
   onResponseStarted(req: RequestFacts, endpointId: string, now: number): void;
   onResponseComplete(req: RequestFacts, endpointId: string, now: number): void;
   stats(): Record<string, Record<string, number>>;
+  /** Between-request measurements (Scheduler.refresh); absent on copies older than it. */
+  refresh?(now: number): void;
+  readonly refreshIntervalS?: number | null;
+}
+
+/**
+ * The gateway's refresh timer on the bench's clock: tick(now) calls `s.refresh()` once `now` has
+ * passed the next multiple of its period, outside any timed call (the gateway runs it between
+ * requests, off the request path).
+ */
+function refreshClock(s: BenchScheduler): (now: number) => void {
+  const every = s.refreshIntervalS ?? null;
+  if (every === null || every <= 0 || s.refresh === undefined) return () => {};
+  let next = Number.NEGATIVE_INFINITY;
+  return (now) => {
+    if (now < next) return;
+    s.refresh?.(now);
+    next = (Math.floor(now / every) + 1) * every;
+  };
 }
 
 export interface WorkloadOptions {
@@ -318,9 +337,11 @@ export function runDecisions(
   const shadow = o.shadow === undefined ? null : shadowRunner(o.shadow, endpoints, workload, o.inflight);
   scrape(endpoints, rng, now);
   const feed = o.feed;
+  const refresh = refreshClock(scheduler);
   for (let i = 0; i < warmupReqs.length; i++) {
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
+    refresh(now);
     feed?.deliver(now);
     shadow?.(warmupReqs[i], now, true);
     const req = workload.materialize(warmupReqs[i]);
@@ -338,6 +359,7 @@ export function runDecisions(
   for (let i = 0; i < n; i++) {
     now += o.dt;
     if (i % o.scrapeEvery === 0) scrape(endpoints, rng, now);
+    refresh(now);
     feed?.deliver(now);
     shadow?.(timedReqs[i], now, true);
     const req = workload.materialize(timedReqs[i]);
@@ -389,7 +411,9 @@ function shadowRunner(
   window: number,
 ): (spec: RequestSpec, now: number, learn: boolean) => void {
   const inflight = inflightWindow(shadow, window);
+  const refresh = refreshClock(shadow);
   return (spec, now, learn) => {
+    refresh(now);
     const req = workload.materialize(spec);
     const r = shadow.schedule(req, endpoints, now);
     if (!learn) return;

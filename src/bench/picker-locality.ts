@@ -54,11 +54,17 @@ export async function spillSetPair(
  * for the caller to run decisions through `s` (their own timings are not this step's). The step
  * alone is the figure the 10% target reads, the way the multi-pool step is timed alone; the
  * twin's difference of two whole decisions' p99s is the same cost seen through both tails' noise.
- * Throws as spillSetPair does when the config has no locality-filter or more than one.
+ * Its refresh() calls (the measurement the gateway takes between requests, on a timer) are timed
+ * apart: they are off the request path. Throws as spillSetPair does when the config has no
+ * locality-filter or more than one.
  */
-export function timeLocalityFilter(name: string, s: Scheduler): { last(n: number): Percentiles } {
+export function timeLocalityFilter(
+  name: string,
+  s: Scheduler,
+): { last(n: number): Percentiles; refresh(): Percentiles | null } {
   const f = localityFilter(name, s);
   const ns: number[] = [];
+  const refreshNs: number[] = [];
   const real = f.filter.bind(f);
   f.filter = (cycle: CycleState, eps: readonly EndpointState[]) => {
     const t0 = process.hrtime.bigint();
@@ -66,5 +72,15 @@ export function timeLocalityFilter(name: string, s: Scheduler): { last(n: number
     ns.push(Number(process.hrtime.bigint() - t0));
     return out;
   };
-  return { last: (n) => percentiles(Float64Array.from(ns.slice(-n))) };
+  const refresh = f.refresh?.bind(f);
+  if (refresh !== undefined)
+    f.refresh = (now: number) => {
+      const t0 = process.hrtime.bigint();
+      refresh(now);
+      refreshNs.push(Number(process.hrtime.bigint() - t0));
+    };
+  return {
+    last: (n) => percentiles(Float64Array.from(ns.slice(-n))),
+    refresh: () => (refreshNs.length === 0 ? null : percentiles(Float64Array.from(refreshNs))),
+  };
 }

@@ -14,6 +14,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { Socket } from "node:net";
 import { Pool } from "undici";
 import { DataLayer } from "../datalayer/datalayer.ts";
+import { monotonicSeconds } from "../datalayer/datastore.ts";
 import { EndpointSource, type EndpointSpec } from "../datalayer/endpoints.ts";
 import type { Tokenizer } from "../engine/tokenizer.ts";
 import { handleAdmin } from "./admin.ts";
@@ -178,6 +179,12 @@ export class Gateway {
   readonly #sockets = new Set<Socket>();
   readonly connections: ConnectionLimit;
   #closing: Promise<void> | null = null;
+  /** The routing's between-request measurements (Scheduler.refresh) on their period; 0 ms = none. */
+  #refresh: { timer: ReturnType<typeof setInterval> | null; ms: number; failed: boolean } = {
+    timer: null,
+    ms: 0,
+    failed: false,
+  };
 
   constructor(opts: GatewayOptions, source: EndpointSource, routing: Routing, objectives: ModelObjectives) {
     this.opts = {
@@ -290,6 +297,7 @@ export class Gateway {
         });
         this.routing = next;
         this.sync?.attach(next.scheduler, configFingerprint(next.configText));
+        this.startRefresh();
         next.scheduler.retainEndpoints(new Set(this.data.store.all().map((r) => r.spec.id)));
         this.syncKvEvents();
         if (await this.ensureTokenizer())
@@ -315,6 +323,35 @@ export class Gateway {
     return { ok, endpoints: ep, config };
   }
 
+  /**
+   * Runs the routing's between-request measurements (Scheduler.refresh: e.g. the locality filter's
+   * saturation) every refreshIntervalS, so requests read them instead of taking them; again after
+   * a reload, which may change the period. A failing refresh is logged once and never stops the
+   * timer: requests then measure for themselves, as without it.
+   */
+  startRefresh(): void {
+    const r = this.#refresh;
+    const s = this.routing.scheduler.refreshIntervalS;
+    const ms = s === null || this.draining ? 0 : Math.max(1, Math.round(s * 1000));
+    if (ms === r.ms) return;
+    if (r.timer !== null) clearInterval(r.timer);
+    r.timer = null;
+    r.ms = ms;
+    if (ms === 0) return;
+    r.timer = setInterval(() => {
+      try {
+        this.routing.scheduler.refresh(monotonicSeconds());
+      } catch (err) {
+        if (!r.failed)
+          this.log(
+            `kvgate: scheduler refresh failed: ${(err as Error).message} (requests measure for themselves)`,
+          );
+        r.failed = true;
+      }
+    }, ms);
+    r.timer.unref();
+  }
+
   /** Stops accepting, lets in-flight requests finish (up to drainTimeoutMs), then closes everything. */
   close(): Promise<void> {
     this.#closing ??= this.#close();
@@ -323,6 +360,7 @@ export class Gateway {
 
   async #close(): Promise<void> {
     this.draining = true;
+    this.startRefresh();
     const closed = new Promise<void>((r) => this.publicServer.close(() => r()));
     this.publicServer.closeIdleConnections();
     this.h2c.closeSessions();
@@ -408,6 +446,7 @@ export async function createGateway(opts: GatewayOptions, source?: EndpointSourc
 export function startDataLayer(gw: Gateway): void {
   gw.data.start();
   gw.syncKvEvents();
+  gw.startRefresh();
   if (gw.opts.nats) {
     gw.sync = new NatsSync(gw.routing.scheduler, {
       url: gw.opts.nats,

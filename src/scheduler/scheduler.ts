@@ -79,6 +79,12 @@ export class Scheduler {
   /** A plugin wants the output tokens of each response (onResponseComplete's ResponseInfo). */
   readonly wantsResponseUsage: boolean;
   readonly #indexes = new IndexCache();
+  readonly #refreshers: Plugin[];
+  /**
+   * How often refresh() should run (seconds): the shortest period a plugin asks for; null when no
+   * plugin measures between requests (then nobody needs to call it).
+   */
+  readonly refreshIntervalS: number | null;
 
   constructor(config: EffectiveConfig, opts: SchedulerOptions) {
     this.config = config;
@@ -104,6 +110,11 @@ export class Scheduler {
     this.#admitters = all.filter(isAdmitter);
     this.#explainers = all.filter((p) => typeof p.explain === "function");
     this.wantsResponseUsage = this.#response.some((h) => h.wantsResponseUsage === true);
+    this.#refreshers = all.filter((p) => typeof p.refresh === "function" && (p.refreshIntervalS ?? 0) > 0);
+    this.refreshIntervalS =
+      this.#refreshers.length === 0
+        ? null
+        : Math.min(...this.#refreshers.map((p) => p.refreshIntervalS as number));
     const handler = plugins.get(config.profileHandler);
     if (handler === undefined || !isProfileHandler(handler)) {
       throw new ConfigError(`profile handler "${config.profileHandler}" is not a profile-handler plugin`);
@@ -237,6 +248,14 @@ export class Scheduler {
   /** Response finished, failed or was aborted; call exactly once per onPicked request. */
   onResponseComplete(req: RequestFacts, endpointId: string, now: number, info?: ResponseInfo): void {
     for (const h of this.#response) h.onResponseComplete?.(req, endpointId, now, info);
+  }
+
+  /**
+   * Between requests, at time `now`: plugins take the measurements requests would otherwise take
+   * (see Plugin.refresh). Call every refreshIntervalS; calling more or less often is safe.
+   */
+  refresh(now: number): void {
+    for (const p of this.#refreshers) p.refresh?.(now);
   }
 
   /** Forgets per-endpoint state (index entries, counters, bindings) of endpoints not in `pool`. */

@@ -175,6 +175,14 @@ export interface Plugin {
   endpointView?(endpointId: string): Record<string, unknown>;
   /** What the plugin did in this cycle (e.g. a fallback and why), for /explain; undefined = nothing. */
   explain?(cycle: CycleState): Record<string, unknown> | undefined;
+  /**
+   * Between requests: takes a measurement the plugin would otherwise take on a request (the
+   * locality filter's saturation), so requests read it instead. The gateway calls it on a timer
+   * every `refreshIntervalS`, the fleet simulator at the same period in virtual time.
+   */
+  refresh?(now: number): void;
+  /** How often refresh() wants calling, seconds; absent or null: never. */
+  readonly refreshIntervalS?: number | null;
 }
 
 export interface Filter extends Plugin {

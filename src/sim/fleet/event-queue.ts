@@ -23,21 +23,25 @@ export const Priority = {
   KV_EVENTS: 1,
   /** A scrape at t reads what the steps ending at t published. */
   SCRAPE: 2,
-  /** A gateway arrival at t is scheduled against the scrape taken at t (if any). */
-  ARRIVAL: 3,
+  /** The schedulers' between-request measurements at t (Scheduler.refresh) read the scrape at t. */
+  REFRESH: 3,
+  /** A gateway arrival at t is scheduled against the scrape and measurements taken at t (if any). */
+  ARRIVAL: 4,
   /** A request reaches its replica after the gateway delay; with delay 0, after every arrival at t. */
-  DELIVER: 4,
+  DELIVER: 5,
   /**
    * An idle replica starts its next step last, so every request delivered at t joins that step,
    * as requests queued before vLLM's scheduler runs do.
    */
-  STEP_START: 5,
+  STEP_START: 6,
 } as const;
 
 export type EventKind =
   | "step-end"
   | "kv-events"
   | "scrape"
+  /** The gateways' schedulers take their between-request measurements (Scheduler.refresh). */
+  | "refresh"
   | "arrival"
   | "deliver"
   | "step-start"

@@ -533,6 +533,12 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
   };
   if (o.membership !== undefined) q.push(o.membership.start, Priority.SCRAPE, "membership");
   q.push(0, Priority.SCRAPE, "scrape");
+  // Measurements taken between requests (Scheduler.refresh, e.g. the locality filter's saturation):
+  // every gateway's, at the shortest period any asks for, on the virtual clock as the gateway's timer.
+  const periods = scheds.map((s) => s.refreshIntervalS).filter((p): p is number => p !== null && p > 0);
+  const refreshS = periods.length > 0 ? Math.min(...periods) : null;
+  let refreshTick = 0;
+  if (refreshS !== null) q.push(0, Priority.REFRESH, "refresh");
   queueArrival();
   while (resolved < n) {
     const e = q.pop();
@@ -551,6 +557,10 @@ export function runFleet(o: FleetRunOptions): FleetRunResult {
         break;
       case "scrape":
         scrape();
+        break;
+      case "refresh":
+        for (const s of scheds) s.refresh(now);
+        q.push(++refreshTick * (refreshS as number), Priority.REFRESH, "refresh");
         break;
       case "sync-flush":
       case "sync-deliver":

@@ -28,6 +28,12 @@
  * does not flap between local and remote (each flap shreds prefix locality). With `spill: false`
  * the filter is "local only": the nearest group that has any endpoint, always.
  *
+ * When: the saturation is measured every `remeasureMs` between requests, in refresh() (the
+ * gateway's timer, the simulator's clock; Scheduler.refreshIntervalS), for every origin requests
+ * came from lately; a request only reads the last measurement. Measuring reads every endpoint of
+ * the pool (tens of µs at 256), which on the request path was most of the step's p99. A caller
+ * that never calls refresh() gets the same measure on the first request after each `remeasureMs`.
+ *
  * `maxNumSeqs` (the replicas' vLLM `--max-num-seqs`) adds the gateway's own request count: a replica
  * it has that many requests in flight on has a full batch, where one more waits for a running
  * request to end (hundreds of ms for long answers) while its prefix cache makes it look the best
@@ -38,15 +44,8 @@
  */
 import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
-import { spec } from "../../plugin-spec.ts";
-import type {
-  CycleState,
-  DataKey,
-  EndpointPositions,
-  EndpointState,
-  Filter,
-  TypedName,
-} from "../../types.ts";
+import { type PluginHandle, spec } from "../../plugin-spec.ts";
+import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
 import { type InFlightInfo, inflightKey } from "../data.ts";
 
 export const LOCALITY_FILTER_TYPE = "locality-filter";
@@ -102,41 +101,69 @@ export const localityParams = z
   });
 export type LocalityParams = z.output<typeof localityParams>;
 
+/** A list of endpoints with each one's position in the candidate list it was taken from. */
+interface Placed {
+  readonly list: readonly EndpointState[];
+  /** pos[i]: list[i]'s index in the endpoint list the grouping was made from. */
+  readonly pos: Int32Array;
+}
+
+/** One origin's grouping of one endpoint list. */
+interface Grouping {
+  readonly endpoints: readonly EndpointState[];
+  /** Each endpoint's labels object when grouped (the datastore replaces it when labels change). */
+  readonly labels: readonly object[];
+  readonly groups: readonly Placed[];
+}
+
+/** One origin's last measurement: over which grouping, when, and the list it gave. */
+interface Measurement {
+  readonly grouping: Grouping;
+  at: number;
+  /** The last request from this origin (refresh() forgets origins idle for IDLE_ORIGIN_S). */
+  usedAt: number;
+  out: Placed;
+}
+
+/** A measurement's per-group saturations, read on demand (each group at most once). */
+type Reader = (g: number) => Float64Array;
+
+/** The in-flight counts of an endpoint, read by id (inflight-load-producer's load()). */
+interface LoadSource {
+  load(endpointId: string): { requests: number; tokens: number };
+}
+
+/** A driven measurement older than this many periods means the timer stalled: requests re-measure. */
+const STALE_PERIODS = 4;
+/** refresh() stops re-measuring an origin no request has come from for this long (seconds). */
+const IDLE_ORIGIN_S = 10;
+
 export class LocalityFilter implements Filter {
   readonly typedName: TypedName;
   readonly params: LocalityParams;
   readonly #measure: UtilizationDetector;
   /** Origin key → how many groups it currently spills into beyond the nearest (hysteresis state). */
   readonly #spilling = new Map<string, number>();
-  /** The last grouping: recomputed only when the endpoint list, a labels object or the origin changes. */
-  #last: {
-    endpoints: readonly EndpointState[];
-    labels: object[];
-    key: string;
-    groups: EndpointState[][];
-  } | null = null;
-  /** Origin key → the last measurement: when, over which grouping, and the list it gave. */
-  readonly #measured = new Map<
-    string,
-    { at: number; groups: EndpointState[][]; out: readonly EndpointState[] }
-  >();
+  /** Origin key → its last grouping: remade only when the endpoint list or a labels object changes. */
+  readonly #groupings = new Map<string, Grouping>();
+  /** Origin key → its last measurement. */
+  readonly #measured = new Map<string, Measurement>();
+  /** refresh() has been called: measurements are taken between requests, on its timer. */
+  #driven = false;
   /** The configured origin's key (most requests carry no locality of their own). */
   readonly #originKey: string;
-  /** The in-flight view, when inflightTokensThreshold is set. */
+  /** The in-flight view, when inflightTokensThreshold or maxNumSeqs is set. */
   readonly #inflight: DataKey<InFlightInfo> | null;
+  /** Other plugins by name (the in-flight producer, for refresh()); absent in bare tests. */
+  readonly #handle: PluginHandle | undefined;
   /** remeasureMs in seconds. */
   readonly #remeasureS: number;
-  /** #groupPositions' cache. */
-  #groupPos: {
-    groups: EndpointState[][];
-    positions: EndpointPositions;
-    version: number;
-    idx: Int32Array[];
-  } | null = null;
-  /** maxNumSeqs: positions in the candidate list of the last list checked for full batches. */
-  #outPositions: { out: readonly EndpointState[]; version: number; idx: Int32Array } | null = null;
 
-  constructor(name = LOCALITY_FILTER_TYPE, params: Partial<z.input<typeof localityParams>> = {}) {
+  constructor(
+    name = LOCALITY_FILTER_TYPE,
+    params: Partial<z.input<typeof localityParams>> = {},
+    handle?: PluginHandle,
+  ) {
     this.typedName = { type: LOCALITY_FILTER_TYPE, name };
     this.params = localityParams.parse(params);
     this.#measure = new UtilizationDetector(`${name}/saturation`, {
@@ -148,8 +175,13 @@ export class LocalityFilter implements Filter {
     this.#inflight =
       this.params.inflightTokensThreshold === undefined && this.params.maxNumSeqs === undefined
         ? null
-        : inflightKey(this.params.inFlightLoadProducerName ?? "inflight-load-producer");
+        : inflightKey(this.#producerName());
+    this.#handle = handle;
     this.#originKey = originKey(this.params.labels, this.params.origin);
+  }
+
+  #producerName(): string {
+    return this.params.inFlightLoadProducerName ?? "inflight-load-producer";
   }
 
   consumes() {
@@ -157,30 +189,21 @@ export class LocalityFilter implements Filter {
   }
 
   /**
-   * One endpoint's saturation: the utilization measure, or the in-flight term when larger. `at` is
-   * the in-flight producer's counts aligned with the candidate list and `i` the endpoint's position
-   * in it (−1: read by id).
+   * The saturation measure is taken between requests, every remeasureMs, when the caller drives
+   * refresh() (the gateway's timer, the simulator's clock); null when the filter never spills
+   * (nothing to measure) or remeasureMs is 0 (every request measures).
    */
-  #saturation(
-    e: EndpointState,
-    now: number,
-    inflight: InFlightInfo | undefined,
-    at: Aligned | null,
-    i: number,
-  ): number {
+  get refreshIntervalS(): number | null {
+    return this.params.spill && this.#remeasureS > 0 ? this.#remeasureS : null;
+  }
+
+  /** One endpoint's saturation: the utilization measure, or the in-flight terms when larger. */
+  #saturation(e: EndpointState, now: number, requests: number, tokens: number): number {
     const s = this.#measure.endpointSaturation(e, now);
-    if (inflight === undefined) return s;
     const p = this.params;
-    const byPos = at !== null && i >= 0;
-    const tokens =
-      p.inflightTokensThreshold === undefined
-        ? 0
-        : (byPos ? at.tokens[i] : inflight.tokens(e.id)) / p.inflightTokensThreshold;
-    const full =
-      p.maxNumSeqs !== undefined && (byPos ? at.requests[i] : inflight.requests(e.id)) >= p.maxNumSeqs
-        ? 1
-        : 0;
-    return Math.max(s, tokens, full);
+    const t = p.inflightTokensThreshold === undefined ? 0 : tokens / p.inflightTokensThreshold;
+    const full = p.maxNumSeqs !== undefined && requests >= p.maxNumSeqs ? 1 : 0;
+    return Math.max(s, t, full);
   }
 
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
@@ -190,92 +213,136 @@ export class LocalityFilter implements Filter {
     const key = own === undefined ? this.#originKey : originKey(this.params.labels, own);
     // The measure reads only scraped metrics, which change once per scrape (100 ms by default):
     // re-measuring on every request repeats the same answer at the cost of reading every endpoint.
-    // Within a measurement's window, labels are not re-read either (a relabel waits ≤ remeasureMs).
+    // With refresh() driven, the measurement is taken between requests and a request only reads it
+    // (it measures itself only when the timer has stalled); without, the first request after
+    // remeasureMs takes it. Within a measurement's window labels are not re-read on the request
+    // path (a relabel waits ≤ remeasureMs; refresh() checks them).
     const last = this.#measured.get(key);
     const now = cycle.now;
-    const fresh = last !== undefined && now >= last.at && now - last.at < this.#remeasureS;
-    const groups = this.#grouped(key, origin, endpoints, !fresh);
-    let out: readonly EndpointState[];
-    if (groups.length === 1) out = endpoints;
+    const maxAge = this.#driven ? STALE_PERIODS * this.#remeasureS : this.#remeasureS;
+    const fresh = last !== undefined && now >= last.at && now - last.at < maxAge;
+    const grouping = this.#grouped(key, origin, endpoints, !fresh);
+    const groups = grouping.groups;
+    let out: Placed | null;
+    if (groups.length === 1) out = null;
     else if (!this.params.spill) out = groups[0];
-    else if (fresh && last.groups === groups) out = last.out;
-    else {
-      out = this.#spill(key, groups, now, last?.out, cycle, endpoints);
-      this.#measured.set(key, { at: now, groups, out });
+    else if (fresh && last.grouping === grouping) {
+      out = last.out;
+      last.usedAt = now;
+    } else {
+      out = this.#spill(key, groups, last?.out, this.#requestReader(cycle, endpoints, groups, now));
+      this.#measured.set(key, { grouping, at: now, usedAt: now, out });
     }
     const max = this.params.maxNumSeqs;
-    return max === undefined ? out : this.#notFull(cycle, endpoints, out, max);
+    if (max === undefined) return out === null ? endpoints : out.list;
+    return this.#notFull(cycle, endpoints, out, max);
   }
 
-  /** `out` without the endpoints whose batch filled since the measurement (unless all are full). */
+  /**
+   * Re-measures every origin a request came from lately, over the grouping that request saw, so
+   * the next requests read the result. A grouping whose endpoints were relabelled is dropped: the
+   * next request regroups and measures. The in-flight terms are read by id from the producer.
+   */
+  refresh(now: number): void {
+    if (!this.params.spill) return;
+    this.#driven = true;
+    const src = this.#inflight === null ? undefined : this.#loadSource();
+    for (const [key, m] of this.#measured) {
+      if (now - m.usedAt > IDLE_ORIGIN_S) {
+        this.#measured.delete(key);
+        this.#groupings.delete(key);
+        continue;
+      }
+      const g = m.grouping;
+      if (this.#groupings.get(key) !== g || !sameLabels(g)) {
+        this.#measured.delete(key);
+        continue;
+      }
+      const read: Reader = (k) =>
+        Float64Array.from(g.groups[k].list, (e) => {
+          const l = src?.load(e.id);
+          return this.#saturation(e, now, l?.requests ?? 0, l?.tokens ?? 0);
+        });
+      m.out = this.#spill(key, g.groups, m.out, read);
+      m.at = now;
+    }
+  }
+
+  /** The in-flight producer, when it can be read outside a request (inflight-load-producer). */
+  #loadSource(): LoadSource | undefined {
+    const p = this.#handle?.plugin(this.#producerName()) as Partial<LoadSource> | undefined;
+    return typeof p?.load === "function" ? (p as LoadSource) : undefined;
+  }
+
+  /**
+   * The in-flight producer's counts by position, when they are aligned with `endpoints` (the
+   * candidate list, indexed): then a grouping's positions read them with no lookup by id.
+   */
+  #aligned(cycle: CycleState, endpoints: readonly EndpointState[], info: InFlightInfo): Aligned | null {
+    if (endpoints !== cycle.candidates || cycle.positions(endpoints) === null) return null;
+    return info.byPosition?.() ?? null;
+  }
+
+  /** A request's reader of the groups' saturations. */
+  #requestReader(
+    cycle: CycleState,
+    endpoints: readonly EndpointState[],
+    groups: readonly Placed[],
+    now: number,
+  ): Reader {
+    const info = this.#inflight ? cycle.get(this.#inflight) : undefined;
+    const at = info === undefined ? null : this.#aligned(cycle, endpoints, info);
+    return (g) => {
+      const { list, pos } = groups[g];
+      const s = new Float64Array(list.length);
+      for (let k = 0; k < list.length; k++) {
+        const e = list[k];
+        if (info === undefined) s[k] = this.#saturation(e, now, 0, 0);
+        else if (at !== null) s[k] = this.#saturation(e, now, at.requests[pos[k]], at.tokens[pos[k]]);
+        else s[k] = this.#saturation(e, now, info.requests(e.id), info.tokens(e.id));
+      }
+      return s;
+    };
+  }
+
+  /**
+   * The list (`out`, or every endpoint when null) without the endpoints whose batch filled since
+   * the measurement, unless all are full. On every request: reads the in-flight request counts
+   * by position through the list's positions, no lookup by id.
+   */
   #notFull(
     cycle: CycleState,
     endpoints: readonly EndpointState[],
-    out: readonly EndpointState[],
+    out: Placed | null,
     max: number,
   ): readonly EndpointState[] {
+    const list = out === null ? endpoints : out.list;
     const info = cycle.get(this.#inflight as DataKey<InFlightInfo>);
-    if (info === undefined) return out;
-    // On every request: read the in-flight counts by position (the producer's arrays aligned with the
-    // candidate list) through `out`'s positions, computed once per list, not one lookup per endpoint.
-    const at = endpoints === cycle.candidates ? (info.byPosition?.() ?? null) : null;
-    const positions = at === null ? null : cycle.positions(endpoints);
-    let idx: Int32Array | null = null;
-    if (at !== null && positions !== null) {
-      const c = this.#outPositions;
-      if (c !== null && c.out === out && c.version === positions.version) idx = c.idx;
-      else {
-        idx = Int32Array.from(out, (e) => positions.indexOf(e.id));
-        this.#outPositions = { out, version: positions.version, idx };
-      }
-    }
+    if (info === undefined) return list;
+    const req = this.#aligned(cycle, endpoints, info)?.requests ?? null;
     let kept: EndpointState[] | null = null;
-    if (idx !== null) {
-      const req = (at as Aligned).requests;
-      for (let i = 0; i < out.length; i++) {
-        const r = idx[i] >= 0 ? req[idx[i]] : info.requests(out[i].id);
-        if (r >= max && kept === null) kept = out.slice(0, i);
-        else if (r < max && kept !== null) kept.push(out[i]);
-      }
-    } else
-      for (let i = 0; i < out.length; i++) {
-        const r = info.requests(out[i].id);
-        if (r >= max && kept === null) kept = out.slice(0, i);
-        else if (r < max && kept !== null) kept.push(out[i]);
-      }
-    if (kept === null) return out;
-    return kept.length > 0 ? kept : out;
+    for (let i = 0; i < list.length; i++) {
+      const r = req === null ? info.requests(list[i].id) : req[out === null ? i : out.pos[i]];
+      if (r >= max && kept === null) kept = list.slice(0, i);
+      else if (r < max && kept !== null) kept.push(list[i]);
+    }
+    if (kept === null) return list;
+    return kept.length > 0 ? kept : list;
   }
 
-  /** Re-measures `key`'s saturation: the nearest group alone, or the spill list (see the header). */
-  #spill(
-    key: string,
-    groups: EndpointState[][],
-    now: number,
-    prev: readonly EndpointState[] | undefined,
-    cycle: CycleState,
-    endpoints: readonly EndpointState[],
-  ): readonly EndpointState[] {
+  /**
+   * Measures `key`'s saturation: the nearest group alone, or the spill list (see the header).
+   * `read` gives a group's members' saturations; `prev` is the last list, returned itself when the
+   * members are the same.
+   */
+  #spill(key: string, groups: readonly Placed[], prev: Placed | undefined, read: Reader): Placed {
     const was = this.#spilling.get(key) ?? 0;
-    const inflight = this.#inflight ? cycle.get(this.#inflight) : undefined;
-    // The in-flight counts by candidate position (no Map lookup per endpoint), with each group's
-    // positions computed once per grouping and candidate indexing.
-    const at =
-      inflight !== undefined && endpoints === cycle.candidates ? (inflight.byPosition?.() ?? null) : null;
-    const idx = at === null ? null : this.#groupPositions(groups, cycle.positions(endpoints));
     // Each endpoint's saturation is read once per measurement, when a group is first looked at: the
     // joining loop, the step-aside pass and the headroom pass below all reuse it.
     const sat: (Float64Array | undefined)[] = new Array(groups.length);
     const of = (g: number): Float64Array => {
       let s = sat[g];
-      if (s === undefined) {
-        const pos = idx?.[g];
-        const members = groups[g];
-        s = new Float64Array(members.length);
-        for (let k = 0; k < members.length; k++)
-          s[k] = this.#saturation(members[k], now, inflight, at, pos ? pos[k] : -1);
-        sat[g] = s;
-      }
+      if (s === undefined) sat[g] = s = read(g);
       return s;
     };
     const mean = (g: number): number => {
@@ -294,7 +361,7 @@ export class LocalityFilter implements Filter {
     while (next < groups.length) {
       const last = joined[joined.length - 1];
       for (const v of of(last)) sum += v;
-      n += groups[last].length;
+      n += groups[last].list.length;
       const threshold = joined.length - 1 < was ? this.params.recoverThreshold : this.params.spillThreshold;
       if (sum / n < threshold) break;
       while (next < groups.length && mean(next) >= 1) next++;
@@ -310,32 +377,27 @@ export class LocalityFilter implements Filter {
     this.#spilling.set(key, joined.length - 1);
     // Spilling: the nearer groups' endpoints at stepAsideThreshold step aside, so the overflow
     // really leaves (a warm, busy local replica would otherwise keep winning on its prefix cache);
-    // their other endpoints stay candidates beside the group that joined last.
-    const out: EndpointState[] = [];
+    // their other endpoints stay candidates beside the group that joined last. The group that
+    // joined gives only its endpoints with headroom: spilled traffic must not queue behind a remote
+    // batch that is itself full (the group has some, or it was passed over above).
+    const list: EndpointState[] = [];
+    const pos: number[] = [];
     const stepAside = this.params.stepAsideThreshold ?? this.params.spillThreshold;
-    for (const g of joined.slice(0, -1)) {
-      const s = of(g);
-      for (let i = 0; i < s.length; i++) if (s[i] < stepAside) out.push(groups[g][i]);
-    }
-    // The group that joined gives only its endpoints with headroom: spilled traffic must not queue
-    // behind a remote batch that is itself full (the group has some, or it was passed over above).
     const j = joined[joined.length - 1];
-    const s = of(j);
-    for (let i = 0; i < s.length; i++) if (s[i] < 1) out.push(groups[j][i]);
+    for (const g of joined) {
+      const s = of(g);
+      const below = g === j ? 1 : stepAside;
+      for (let i = 0; i < s.length; i++)
+        if (s[i] < below) {
+          list.push(groups[g].list[i]);
+          pos.push(groups[g].pos[i]);
+        }
+    }
     // The same members as last time: the same array object, so later plugins' per-list caches hold.
-    if (prev !== undefined && prev.length === out.length && out.every((e, i) => e === prev[i])) return prev;
-    return out;
-  }
-
-  /** Each group's members' positions in the candidate list (−1: not in it), cached per grouping and indexing. */
-  #groupPositions(groups: EndpointState[][], positions: EndpointPositions | null): Int32Array[] | null {
-    if (positions === null) return null;
-    const c = this.#groupPos;
-    if (c !== null && c.groups === groups && c.positions === positions && c.version === positions.version)
-      return c.idx;
-    const idx = groups.map((g) => Int32Array.from(g, (e) => positions.indexOf(e.id)));
-    this.#groupPos = { groups, positions, version: positions.version, idx };
-    return idx;
+    const p = prev?.list;
+    if (p !== undefined && p.length === list.length && list.every((e, i) => e === p[i]))
+      return prev as Placed;
+    return { list, pos: Int32Array.from(pos) };
   }
 
   /** How many groups `origin`'s traffic currently spills into beyond its own (for /explain, tests). */
@@ -348,24 +410,29 @@ export class LocalityFilter implements Filter {
     origin: Record<string, string>,
     endpoints: readonly EndpointState[],
     checkLabels: boolean,
-  ): EndpointState[][] {
+  ): Grouping {
     // Callers may pass a fresh array per request: compare the elements (and, unless told not to,
-    // their labels objects, which the datastore replaces when labels change), so an unchanged pool
-    // is never regrouped. Comparing elements reads only the arrays, never the endpoint objects.
-    const last = this.#last;
+    // their labels objects), so an unchanged pool is never regrouped. Comparing elements reads
+    // only the arrays, never the endpoint objects. Equal elements also keep the positions valid.
+    const last = this.#groupings.get(key);
     const n = endpoints.length;
-    if (last !== null && last.key === key && last.endpoints.length === n) {
+    if (last !== undefined && last.endpoints.length === n) {
       let i = 0;
       while (i < n && endpoints[i] === last.endpoints[i]) i++;
-      if (i === n && checkLabels) {
-        i = 0;
-        while (i < n && endpoints[i].labels === last.labels[i]) i++;
-      }
-      if (i === n) return last.groups;
+      if (i === n && (!checkLabels || sameLabels(last))) return last;
     }
-    const groups = this.groups(origin, endpoints);
-    this.#last = { endpoints: endpoints.slice(), labels: endpoints.map((e) => e.labels), key, groups };
-    return groups;
+    const at = new Map<EndpointState, number>();
+    for (let i = n - 1; i >= 0; i--) at.set(endpoints[i], i);
+    const grouping: Grouping = {
+      endpoints: endpoints.slice(),
+      labels: endpoints.map((e) => e.labels),
+      groups: this.groups(origin, endpoints).map((list) => ({
+        list,
+        pos: Int32Array.from(list, (e) => at.get(e) as number),
+      })),
+    };
+    this.#groupings.set(key, grouping);
+    return grouping;
   }
 
   /** The endpoints grouped by distance from `origin`, nearest first; empty groups left out. */
@@ -404,6 +471,12 @@ export class LocalityFilter implements Filter {
   }
 }
 
+/** The grouping's endpoints still carry the labels objects they were grouped by. */
+function sameLabels(g: Grouping): boolean {
+  for (let i = 0; i < g.endpoints.length; i++) if (g.endpoints[i].labels !== g.labels[i]) return false;
+  return true;
+}
+
 function originKey(labels: readonly string[], origin: Record<string, string>): string {
   return labels.map((l) => origin[l] ?? "").join("\u0000");
 }
@@ -421,5 +494,5 @@ export const localityFilterSpec = spec({
     (p as LocalityParams).maxNumSeqs === undefined
       ? []
       : [{ family: "inflight-load", param: "inFlightLoadProducerName", required: true }],
-  factory: (name, params) => new LocalityFilter(name, params as LocalityParams),
+  factory: (name, params, handle) => new LocalityFilter(name, params as LocalityParams, handle),
 });
