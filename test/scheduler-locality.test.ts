@@ -18,6 +18,23 @@ const at = (id: string, region: string, zone: string, waiting = 0) =>
 const ids = (eps: readonly EndpointState[]) => eps.map((e) => e.id).sort();
 const EAST = { [REGION_LABEL]: "us-east", [ZONE_LABEL]: "us-east-1a" };
 
+/** A locality-filter (`params`) before the in-flight producer, a queue scorer and a max-score picker. */
+const withInflight = (params: string) => `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: locality-filter
+  parameters: { ${params} }
+- type: inflight-load-producer
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: locality-filter
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`;
+
 function run(f: LocalityFilter, eps: EndpointState[], locality?: Record<string, string>) {
   const req = completion("r", "hello", locality ? { locality } : {});
   return ids(f.filter(cycleFor(req, eps, 0), eps));
@@ -403,21 +420,7 @@ schedulingProfiles:
 
   it("with maxNumSeqs in a config, the scheduler stops sending to a replica once its own picks fill the batch", async () => {
     const { scheduler } = await createScheduler(
-      `apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: locality-filter
-  parameters: { origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2 }
-- type: inflight-load-producer
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: locality-filter
-  - pluginRef: queue-scorer
-  - pluginRef: max-score-picker
-`,
+      withInflight(`origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2`),
       { seed: 1 },
     );
     // a looks idle to every scrape, b has a queue of 2 (below the region's spill line): the queue
@@ -488,23 +491,13 @@ schedulingProfiles:
   });
 
   it("Scheduler.refresh() measures with the in-flight producer's counts, so the next request spills at once", async () => {
-    const config = (extra: string) => `apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: locality-filter
-  parameters: { origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2, spillThreshold: 0.2, recoverThreshold: 0.1${extra} }
-- type: inflight-load-producer
-- type: queue-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: locality-filter
-  - pluginRef: queue-scorer
-  - pluginRef: max-score-picker
-`;
     const picks = async (refresh: boolean) => {
-      const { scheduler } = await createScheduler(config(""), { seed: 1 });
+      const { scheduler } = await createScheduler(
+        withInflight(
+          `origin: { ${REGION_LABEL}: us-east }, labels: [${REGION_LABEL}], maxNumSeqs: 2, spillThreshold: 0.2, recoverThreshold: 0.1`,
+        ),
+        { seed: 1 },
+      );
       assert.equal(scheduler.refreshIntervalS, 0.05);
       const eps = [at("a:1", "us-east", "z"), at("c:1", "us-west", "z")];
       const out: string[] = [];
