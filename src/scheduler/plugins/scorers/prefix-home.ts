@@ -16,6 +16,10 @@
  * - while none of the last `reuseWindow` long requests matched anywhere: traffic that does not
  *   reuse prompts founds no homes, and placing by count would only be round-robin.
  * After the pick, a long cold request adds one home to its endpoint (and the prefill profile's).
+ * Counted, not weighed: dealing by the work each endpoint's groups have brought instead let the
+ * counts drift on the 150 × 5 run (83–84% of its 40–60 QPS stages' bounds against 88–90%), and
+ * breaking ties among the fewest by that work, not by load, only moved which light stages lose
+ * (measurements in src/scheduler/README.md, "Placing new prefixes").
  * Homes are this scheduler's own picks, never forgotten while the endpoint stays in the pool: gateway
  * replicas that do not sync each deal out only the groups they saw first (on the 150 × 5 run with 8
  * unsynced gateways precise lost 0.6% with it), and a prefix evicted and founded again counts twice.
