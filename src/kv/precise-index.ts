@@ -33,7 +33,7 @@
  *   sum of each block's best tier weight (gpu 1.0, cpu 0.8 by default; tiers without a weight count as
  *   absent). One walk down the request's chain for all candidates (see match).
  */
-import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
+import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys, packKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
 import { HeldPlaceholders } from "./precise-held.ts";
 import { RecentlyRemoved, TierRefs } from "./precise-recent.ts";
@@ -70,6 +70,7 @@ export class PreciseIndex {
   private tag = new Int32Array(16).fill(-1);
   private slot = new Int32Array(16);
   private score = new Float64Array(16);
+  private cur = new Int32Array(16);
   /** Candidates that hold block 0, in the order found (a lookup's scratch). */
   private held = new Int32Array(16);
   private base = 0;
@@ -297,25 +298,20 @@ export class PreciseIndex {
    * position). The chain is walked once: per block one key probe, then the block's holders (its entry
    * list) are intersected with the candidates still matching, and the walk stops at the first block no
    * candidate holds. Cost: one probe per matched block plus one step per (matched block, holder), plus
-   * one pass over the candidates. Only candidates with a match appear in the result, in no set order;
-   * the result's arrays are reused by the next call.
+   * one pass over the candidates; while a single candidate is left, a block whose entry sits next to
+   * its previous one costs one check instead. Only candidates with a match appear in the result, in no
+   * set order; the result's arrays are reused by the next call.
    */
   match(keys: BlockKeys | PackedKeys, eps: Int32Array, now: number): PrefixMatches {
     this.expire(now);
     const out = this.matches;
     out.count = 0;
     const m = eps.length;
-    let k32: ArrayLike<number>;
-    let lo = 0;
-    let hi = 1;
-    if (keys instanceof BigUint64Array) {
-      k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
-      lo = LO;
-      hi = HI;
-    } else k32 = keys;
+    // Bigint keys (tests, longestPrefix callers) are packed first: one layout for the walk below.
+    const k32 = keys instanceof BigUint64Array ? packKeys(keys) : keys;
     const n = k32.length >>> 1;
     if (n === 0 || m === 0 || this.store.size === 0) return out;
-    if (this.sharedBits !== 0 && this.sharedHeld()) return this.matchShared(k32, lo, hi, n, eps, now);
+    if (this.sharedBits !== 0 && this.sharedHeld()) return this.matchShared(k32, 0, 1, n, eps, now);
     // tag[ep] = base + (blocks matched so far) for this lookup's candidates; older tags are < base.
     if (this.base + 2 * (n + 2) >= 0x7fffffff) {
       this.base = 0;
@@ -340,10 +336,12 @@ export class PreciseIndex {
     const rec = keyTab.rec;
     const weight = this.tiers.weight;
     const score = this.score;
+    /** Per matching candidate, its entry for the last block it matched. */
+    const cur = this.cur;
     // Block 0: every candidate holding it starts a run (collected in `alive`).
     let alive = 0;
     const held = this.held;
-    let k = keyTab.find(k32[lo], k32[hi]);
+    let k = keyTab.find(k32[0], k32[1]);
     if (k === NIL) return out;
     for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
       const epf = eLink[2 * e + 1];
@@ -354,11 +352,56 @@ export class PreciseIndex {
       if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
       tag[ep] = base + 1;
       score[ep] = w;
+      cur[ep] = e;
       held[alive++] = ep;
     }
     // Blocks 1…: only the candidates still matching advance; stop when none does.
-    for (let i = 1, live = alive; i < n && live > 0; i++) {
-      k = keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
+    const { eKey } = s;
+    const lastEntry = eKey.length - 1;
+    for (let i = 1, live = alive, one = held[0]; i < n && live > 0; i++) {
+      if (live === 1) {
+        // One candidate left (most of a long prompt: its home replica): follow its own run. A run
+        // stored by one event gets adjacent entries (in order, or reversed when it reuses evicted
+        // ones), so its entry for block i is usually next to its entry for block i − 1: one check
+        // of that entry's key and endpoint instead of a key probe and a walk of the block's holders.
+        let e = cur[one];
+        let sc = score[one];
+        let j = i;
+        for (; j < n; j++) {
+          const blo = k32[2 * j] | 0;
+          const bhi = k32[2 * j + 1] | 0;
+          let g = e + 1;
+          let r = g <= lastEntry ? eKey[g] : NIL;
+          if (
+            r === NIL ||
+            rec[4 * r] !== blo ||
+            rec[4 * r + 1] !== bhi ||
+            (eLink[2 * g + 1] & 0xffffff) !== one
+          ) {
+            g = e - 1;
+            r = g >= 0 ? eKey[g] : NIL;
+            if (
+              r === NIL ||
+              rec[4 * r] !== blo ||
+              rec[4 * r + 1] !== bhi ||
+              (eLink[2 * g + 1] & 0xffffff) !== one
+            )
+              break; // not adjacent: the general step below looks it up
+          }
+          const f = eLink[2 * g + 1] >>> 24;
+          const w = weight[f];
+          if (w <= 0 || (f === SPEC && eExp[g] <= now)) break; // its entry for this key is not usable
+          sc += w;
+          e = g;
+          k = r;
+        }
+        cur[one] = e;
+        score[one] = sc;
+        tag[one] = base + j;
+        i = j;
+        if (i >= n) break;
+      }
+      k = keyTab.findNext(k, k32[2 * i], k32[2 * i + 1]);
       if (k === NIL) break;
       const want = base + i;
       let advanced = 0;
@@ -371,6 +414,8 @@ export class PreciseIndex {
         if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
         tag[ep] = want + 1;
         score[ep] += w;
+        cur[ep] = e;
+        one = ep;
         advanced++;
       }
       live = advanced;
@@ -504,6 +549,7 @@ export class PreciseIndex {
       this.tag.fill(-1, this.tag.length / 2);
       this.slot = grow(this.slot);
       this.held = grow(this.held);
+      this.cur = grow(this.cur);
       this.score = new Float64Array(this.tag.length);
     }
     this.epVersion++;
