@@ -71,6 +71,12 @@ export class PreciseIndex {
   private slot = new Int32Array(16);
   private score = new Float64Array(16);
   private cur = new Int32Array(16);
+  /** The candidate list match() last marked (see members). */
+  private member = new Int32Array(16);
+  private membersGen = 0;
+  private membersFor: Int32Array | null = null;
+  private membersVersion = -1;
+  private membersDup = false;
   /** Candidates that hold block 0, in the order found (a lookup's scratch). */
   private held = new Int32Array(16);
   private base = 0;
@@ -298,8 +304,8 @@ export class PreciseIndex {
    * position). The chain is walked once: per block one key probe, then the block's holders (its entry
    * list) are intersected with the candidates still matching, and the walk stops at the first block no
    * candidate holds. Cost: one probe per matched block plus one step per (matched block, holder), plus
-   * one pass over the candidates; while a single candidate is left, a block whose entry sits next to
-   * its previous one costs one check instead. Only candidates with a match appear in the result, in no
+   * one pass over the candidates when `eps` is not the array of the last call (members); while a
+   * single candidate is left, a block whose entry sits next to its previous one costs one check instead. Only candidates with a match appear in the result, in no
    * set order; the result's arrays are reused by the next call.
    */
   match(keys: BlockKeys | PackedKeys, eps: Int32Array, now: number): PrefixMatches {
@@ -320,16 +326,9 @@ export class PreciseIndex {
     const base = this.base;
     this.base += n + 2;
     const { tag, slot } = this;
-    let dup = false;
-    for (let j = 0; j < m; j++) {
-      const ep = eps[j];
-      if (ep < 0) continue;
-      if (tag[ep] === base) dup = true;
-      else {
-        tag[ep] = base;
-        slot[ep] = j;
-      }
-    }
+    const member = this.members(eps);
+    const gen = this.membersGen;
+    const dup = this.membersDup;
     const s = this.store;
     const keyTab = s.keys;
     const { eLink, eExp } = s;
@@ -346,7 +345,7 @@ export class PreciseIndex {
     for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
       const epf = eLink[2 * e + 1];
       const ep = epf & 0xffffff;
-      if (tag[ep] !== base) continue;
+      if (member[ep] !== gen) continue;
       const f = epf >>> 24;
       const w = weight[f];
       if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
@@ -441,6 +440,33 @@ export class PreciseIndex {
     }
     out.count = c;
     return out;
+  }
+
+  /**
+   * Marks the candidates of `eps` (member[ep] = membersGen, slot[ep] = its first position, and
+   * membersDup when an endpoint is listed twice). Kept while the same array is passed again: the
+   * producer resolves its candidate list once and passes that array until the list or the index's
+   * endpoints change, so a lookup needs no pass over every candidate. Callers must not modify an
+   * array after passing it.
+   */
+  private members(eps: Int32Array): Int32Array {
+    if (eps === this.membersFor && this.membersVersion === this.epVersion) return this.member;
+    const gen = ++this.membersGen;
+    const { member, slot } = this;
+    let dup = false;
+    for (let j = 0; j < eps.length; j++) {
+      const ep = eps[j];
+      if (ep < 0) continue;
+      if (member[ep] === gen) dup = true;
+      else {
+        member[ep] = gen;
+        slot[ep] = j;
+      }
+    }
+    this.membersFor = eps;
+    this.membersVersion = this.epVersion;
+    this.membersDup = dup;
+    return member;
   }
 
   private sharedHeld(): boolean {
@@ -550,6 +576,7 @@ export class PreciseIndex {
       this.slot = grow(this.slot);
       this.held = grow(this.held);
       this.cur = grow(this.cur);
+      this.member = grow(this.member);
       this.score = new Float64Array(this.tag.length);
     }
     this.epVersion++;
