@@ -223,6 +223,9 @@ export class BlockKeyer {
   readonly hasher: BlockHasher;
   readonly blockSize: number;
   private readonly roots = new Map<string, bigint>();
+  private lastModel: string | null = null;
+  private lastSalt = "";
+  private lastRoot = 0n;
 
   constructor(opts: BlockKeyerOptions) {
     this.hasher = opts.hasher;
@@ -233,13 +236,19 @@ export class BlockKeyer {
 
   /** The chain root for a model (or LoRA name) and cache_salt; an empty salt is no salt, as in vLLM. */
   root(model: string, cacheSalt?: string | null): bigint {
-    const id = `${model}\u0000${cacheSalt ?? ""}`;
+    const salt = cacheSalt ?? "";
+    // Consecutive requests mostly name the same model and salt: no key string to build and hash.
+    if (model === this.lastModel && salt === this.lastSalt) return this.lastRoot;
+    const id = `${model}\u0000${salt}`;
     let r = this.roots.get(id);
     if (r === undefined) {
       r = this.hasher.root(UTF8.encode(id));
       if (this.roots.size >= 4096) this.roots.clear();
       this.roots.set(id, r);
     }
+    this.lastModel = model;
+    this.lastSalt = salt;
+    this.lastRoot = r;
     return r;
   }
 
