@@ -315,6 +315,8 @@ export class Xxh64Chain {
   #u8: Uint8Array;
   #u32: Uint32Array;
   #view: DataView;
+  /** Blocks hashed by the last #run. */
+  #count = 0;
 
   constructor() {
     const instance = new WebAssembly.Instance(new WebAssembly.Module(xxh64ChainModuleBytes()), {});
@@ -337,8 +339,43 @@ export class Xxh64Chain {
    * hash of block `first` (h0 for block 0).
    */
   chain(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): number[] {
+    const out = this.#run(bytes, blockBytes, maxBlocks, first, prev);
+    const n = this.#count;
+    // Copied into a plain array of int32 halves (small integers to V8: no boxing, no double
+    // array): a typed-array copy (slice) of this size gets an off-heap backing store, which costs
+    // ~1 µs, several times that right after a scavenge (bench:picker).
+    const hashes = new Array<number>(2 * n);
+    if (LITTLE_ENDIAN) {
+      const u32 = this.#u32;
+      for (let k = 0, at = out >>> 2; k < 2 * n; k++) hashes[k] = u32[at + k] | 0;
+    } else {
+      for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getInt32(out + 4 * k, true);
+    }
+    return hashes;
+  }
+
+  /**
+   * chain()'s hashes as a view of this instance's memory (int32 halves, low half first), for a
+   * caller that copies them into its own storage at once: valid only until the next call on this
+   * instance. Null on a big-endian host (use chain()).
+   */
+  chainView(
+    bytes: Uint8Array,
+    blockBytes: number,
+    maxBlocks: number,
+    first: number,
+    prev: bigint,
+  ): Int32Array | null {
+    if (!LITTLE_ENDIAN) return null;
+    const out = this.#run(bytes, blockBytes, maxBlocks, first, prev);
+    return new Int32Array(this.#x.mem.buffer, out, 2 * this.#count);
+  }
+
+  /** Hashes the blocks (see chain) into this instance's memory; returns the hashes' byte offset, their count in #count. */
+  #run(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): number {
     const start = first * blockBytes;
-    if (start >= bytes.length || first >= maxBlocks) return [];
+    this.#count = 0;
+    if (start >= bytes.length || first >= maxBlocks) return 0;
     const blocks = Math.min(Math.ceil((bytes.length - start) / blockBytes), maxBlocks - first);
     const len = Math.min(bytes.length - start, blocks * blockBytes);
     const outBytes = blocks * 8;
@@ -355,18 +392,8 @@ export class Xxh64Chain {
       this.#reserve(outBytes + len);
       this.#u8.set(bytes.subarray(start, start + len), outBytes);
     }
-    const n = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
-    // Copied into a plain array of int32 halves (small integers to V8: no boxing, no double
-    // array): a typed-array copy (slice) of this size gets an off-heap backing store, which costs
-    // ~1 µs, several times that right after a scavenge (bench:picker).
-    const hashes = new Array<number>(2 * n);
-    if (LITTLE_ENDIAN) {
-      const u32 = this.#u32;
-      for (let k = 0, at = out >>> 2; k < 2 * n; k++) hashes[k] = u32[at + k] | 0;
-    } else {
-      for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getInt32(out + 4 * k, true);
-    }
-    return hashes;
+    this.#count = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
+    return out;
   }
 
   /**
