@@ -36,6 +36,7 @@
 import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys, packKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
 import { HeldPlaceholders } from "./precise-held.ts";
+import { REC } from "./precise-keys.ts";
 import { RecentlyRemoved, TierRefs } from "./precise-recent.ts";
 import { matchWithShared } from "./precise-shared.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
@@ -70,7 +71,6 @@ export class PreciseIndex {
   private tag = new Int32Array(16).fill(-1);
   private slot = new Int32Array(16);
   private score = new Float64Array(16);
-  private cur = new Int32Array(16);
   /** The candidate list match() last marked (see members). */
   private member = new Int32Array(16);
   private membersGen = 0;
@@ -335,11 +335,12 @@ export class PreciseIndex {
     const rec = keyTab.rec;
     const weight = this.tiers.weight;
     const score = this.score;
-    /** Per matching candidate, its entry for the last block it matched. */
-    const cur = this.cur;
     // Block 0: every candidate holding it starts a run (collected in `alive`).
     let alive = 0;
     const held = this.held;
+    // The entry of the last candidate found holding a block: while it is the only one, where its
+    // run continues (and `one` is that candidate).
+    let oneEntry = NIL;
     let k = keyTab.find(k32[0], k32[1]);
     if (k === NIL) return out;
     for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
@@ -351,19 +352,20 @@ export class PreciseIndex {
       if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
       tag[ep] = base + 1;
       score[ep] = w;
-      cur[ep] = e;
       held[alive++] = ep;
+      oneEntry = e;
     }
+    let one = alive === 1 ? held[0] : -1;
     // Blocks 1…: only the candidates still matching advance; stop when none does.
     const { eKey } = s;
     const lastEntry = eKey.length - 1;
-    for (let i = 1, live = alive, one = held[0]; i < n && live > 0; i++) {
+    for (let i = 1, live = alive; i < n && live > 0; i++) {
       if (live === 1) {
         // One candidate left (most of a long prompt: its home replica): follow its own run. A run
         // stored by one event gets adjacent entries (in order, or reversed when it reuses evicted
         // ones), so its entry for block i is usually next to its entry for block i − 1: one check
         // of that entry's key and endpoint instead of a key probe and a walk of the block's holders.
-        let e = cur[one];
+        let e = oneEntry;
         let sc = score[one];
         let j = i;
         for (; j < n; j++) {
@@ -371,20 +373,10 @@ export class PreciseIndex {
           const bhi = k32[2 * j + 1] | 0;
           let g = e + 1;
           let r = g <= lastEntry ? eKey[g] : NIL;
-          if (
-            r === NIL ||
-            rec[4 * r] !== blo ||
-            rec[4 * r + 1] !== bhi ||
-            (eLink[2 * g + 1] & 0xffffff) !== one
-          ) {
+          if (r === NIL || rec[4 * r] !== blo || rec[4 * r + 1] !== bhi || (eLink[2 * g + 1] & REC) !== one) {
             g = e - 1;
             r = g >= 0 ? eKey[g] : NIL;
-            if (
-              r === NIL ||
-              rec[4 * r] !== blo ||
-              rec[4 * r + 1] !== bhi ||
-              (eLink[2 * g + 1] & 0xffffff) !== one
-            )
+            if (r === NIL || rec[4 * r] !== blo || rec[4 * r + 1] !== bhi || (eLink[2 * g + 1] & REC) !== one)
               break; // not adjacent: the general step below looks it up
           }
           const f = eLink[2 * g + 1] >>> 24;
@@ -394,7 +386,7 @@ export class PreciseIndex {
           e = g;
           k = r;
         }
-        cur[one] = e;
+        oneEntry = e;
         score[one] = sc;
         tag[one] = base + j;
         i = j;
@@ -413,11 +405,11 @@ export class PreciseIndex {
         if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
         tag[ep] = want + 1;
         score[ep] += w;
-        cur[ep] = e;
-        one = ep;
+        oneEntry = e;
         advanced++;
       }
       live = advanced;
+      one = eLink[2 * oneEntry + 1] & REC;
     }
     if (out.pos.length < m) out.grow(m);
     let c = 0;
@@ -575,7 +567,6 @@ export class PreciseIndex {
       this.tag.fill(-1, this.tag.length / 2);
       this.slot = grow(this.slot);
       this.held = grow(this.held);
-      this.cur = grow(this.cur);
       this.member = grow(this.member);
       this.score = new Float64Array(this.tag.length);
     }
