@@ -305,8 +305,9 @@ export class PreciseIndex {
    * list) are intersected with the candidates still matching, and the walk stops at the first block no
    * candidate holds. Cost: one probe per matched block plus one step per (matched block, holder), plus
    * one pass over the candidates when `eps` is not the array of the last call (members); while a
-   * single candidate is left, a block whose entry sits next to its previous one costs one check instead. Only candidates with a match appear in the result, in no
-   * set order; the result's arrays are reused by the next call.
+   * single candidate is left, a block whose entry sits next to its previous one costs one check
+   * instead. Only candidates with a match appear in the result, in no set order; the result's arrays
+   * are reused by the next call.
    */
   match(keys: BlockKeys | PackedKeys, eps: Int32Array, now: number): PrefixMatches {
     this.expire(now);
