@@ -2,6 +2,7 @@
  * checked against independent computations (xxh64 via xxhash-wasm directly, FNV-1a 64 with bigint math). */
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
+import fc from "fast-check";
 import xxhash from "xxhash-wasm";
 import {
   type BlockHasher,
@@ -75,6 +76,34 @@ describe("block keys", () => {
         }
       }
     }
+  });
+
+  it("property: the one-call wasm keys equal the per-block xxhash-wasm keys (any tokens, block size, model, salt)", () => {
+    const slow = h64Hasher((d, seed) => api.h64Raw(d, seed));
+    // Block sizes around the whole-stripe sizes (multiples of 8 tokens hash inline, others call xxh64).
+    const blockSize = fc.oneof(fc.integer({ min: 1, max: 40 }), fc.constantFrom(8, 16, 32, 64, 128));
+    const token = fc.oneof(fc.integer({ min: 0, max: 200_000 }), fc.integer({ min: 0, max: 0xffffffff }));
+    fc.assert(
+      fc.property(
+        blockSize,
+        fc.array(token, { maxLength: 1200 }),
+        fc.constantFrom("m", "meta-llama/Llama-3.1-8B-Instruct", "lora-a"),
+        fc.option(fc.string({ maxLength: 8 })),
+        (B, tokens, model, salt) => {
+          const fast = new BlockKeyer({ hasher: xxh, blockSize: B });
+          const ref = new BlockKeyer({ hasher: slow, blockSize: B });
+          const want = [...ref.keys(tokens, model, salt)];
+          assert.equal(want.length, Math.floor(tokens.length / B));
+          assert.deepEqual([...unpackKeys(fast.packedKeys(tokens, model, salt))], want);
+          assert.deepEqual([...fast.keys(tokens, model, salt)], want);
+          // The same keyer again, now with its last (model, salt) remembered, and another model between.
+          fast.root("other-model", "x");
+          assert.deepEqual([...unpackKeys(fast.packedKeys(tokens, model, salt))], want);
+          assert.deepEqual([...unpackKeys(fast.packedKeys(tokens, model, salt))], want);
+        },
+      ),
+      { seed: 20261205, numRuns: 300 },
+    );
   });
 
   it("fnv1a64: FNV-1a 64 over (parent LE64 ‖ LE token words), root over the model/salt bytes", () => {

@@ -51,9 +51,10 @@ function check(
   now: number,
   want: (id: string) => { blocks: number; score: number },
   what: string,
+  eps: Int32Array = ix.resolve(ids),
 ): number {
   const lp = ix.longestPrefix(keys, ids, now);
-  const m = ix.match(packKeys(keys), ix.resolve(ids), now);
+  const m = ix.match(packKeys(keys), eps, now);
   const got = new Map<number, [number, number]>();
   for (let i = 0; i < m.count; i++) {
     assert.ok(!got.has(m.pos[i]), `${what}: position ${m.pos[i]} reported twice`);
@@ -73,6 +74,26 @@ function check(
   return matched;
 }
 
+/**
+ * A candidate list resolved once and passed again (the same array) until the index's endpoints
+ * change, as the producer does: match() keeps its marking of the candidates for that array.
+ */
+function stickyList(r: Mulberry32, eps: string[]) {
+  const ids = candidates(r, eps);
+  let resolved: Int32Array | null = null;
+  let version = -1;
+  return {
+    ids,
+    eps(ix: PreciseIndex): Int32Array {
+      if (resolved === null || version !== ix.endpointsVersion) {
+        resolved = ix.resolve(ids);
+        version = ix.endpointsVersion;
+      }
+      return resolved;
+    },
+  };
+}
+
 describe("property: one-walk lookup = per-endpoint reference", () => {
   for (const seed of [1, 2, 3, 4]) {
     it(`plain-Map model of the events, 24 endpoints, random candidate lists (seed ${seed})`, () => {
@@ -81,6 +102,7 @@ describe("property: one-walk lookup = per-endpoint reference", () => {
       const eps = Array.from({ length: 24 }, (_, i) => `10.0.0.${i}:8000`);
       const ix = new PreciseIndex({ keyer });
       for (const ep of eps) ix.setEndpointModel(ep, "model-x");
+      const sticky = stickyList(r, eps);
       let matched = 0;
       for (let i = 0; i < 400; i++) {
         const ep = eps[r.int(eps.length)];
@@ -91,6 +113,8 @@ describe("property: one-walk lookup = per-endpoint reference", () => {
           const keys = queryKeys(r, world.docs);
           const ids = candidates(r, eps);
           matched += check(ix, keys, ids, 0, (id) => world.refLongest(id, keys), `batch ${i}`);
+          const ref = (id: string) => world.refLongest(id, keys);
+          check(ix, keys, sticky.ids, 0, ref, `batch ${i}, the same candidate array`, sticky.eps(ix));
         }
       }
       assert.ok(matched > 200, `the streams must produce matches to compare (${matched})`);
@@ -108,6 +132,7 @@ describe("property: one-walk lookup = per-endpoint reference", () => {
         tiers === null
           ? 0
           : Math.max(0, ...tiers.map((t) => (t === "speculative" ? 1 : ({ gpu: 1, cpu: 0.5 }[t] ?? 0))));
+      const sticky = stickyList(r, eps);
       let now = 100;
       let matched = 0;
       for (let i = 0; i < 500; i++) {
@@ -143,6 +168,7 @@ describe("property: one-walk lookup = per-endpoint reference", () => {
             return { blocks, score };
           };
           matched += check(ix, keys, ids, at, ref, `step ${i}`);
+          check(ix, keys, sticky.ids, at, ref, `step ${i}, the same candidate array`, sticky.eps(ix));
         }
       }
       const s = ix.stats();

@@ -72,12 +72,47 @@ export interface Xxh64Source {
     prev: bigint,
   ): ArrayLike<number>;
   scratch?(bytes: number): Uint8Array;
+  chainView?(
+    bytes: Uint8Array,
+    blockBytes: number,
+    maxBlocks: number,
+    first: number,
+    prev: bigint,
+  ): Int32Array | null;
+}
+
+/** Int32s per chunk of a KeyArena: 64k (256 KiB), the keys of ~60 prompts of 8k tokens. */
+const ARENA_CHUNK = 1 << 16;
+
+/**
+ * Storage for request keys (PackedKeys) that outlive the hasher's memory: views into large chunks
+ * filled in order. One memcpy and one view per request, against a plain array of ~1,000 numbers
+ * built element by element (or a typed array with its own off-heap buffer, which is slower still).
+ * A full chunk is left to the views into it, and freed with the last of them.
+ */
+class KeyArena {
+  #chunk = new Int32Array(ARENA_CHUNK);
+  #top = 0;
+
+  copy(src: Int32Array): Int32Array {
+    const n = src.length;
+    if (this.#top + n > this.#chunk.length) {
+      this.#chunk = new Int32Array(Math.max(ARENA_CHUNK, n));
+      this.#top = 0;
+    }
+    const at = this.#top;
+    this.#chunk.set(src, at);
+    this.#top = at + n;
+    return this.#chunk.subarray(at, at + n);
+  }
 }
 
 /** xxh64 block keys (`key = xxh64(LE64(xxh64(block)) ‖ LE64(parent))`) over an Xxh64Source. */
 export function xxh64BlockHasher(src: Xxh64Source): BlockHasher {
   const chainFn = src.chain;
   const scratchFn = src.scratch;
+  const viewFn = src.chainView;
+  const arena = new KeyArena();
   // Per-block path: one scratch buffer for a block's token words, one for the 16-byte pair.
   let bytes = new Uint8Array(64);
   let words = new Uint32Array(bytes.buffer);
@@ -107,13 +142,10 @@ export function xxh64BlockHasher(src: Xxh64Source): BlockHasher {
     if (tokens.length <= mem32.length && (Array.isArray(tokens) || ArrayBuffer.isView(tokens)))
       mem32.set(tokens as ArrayLike<number>);
     else for (let t = 0; t < words; t++) mem32[t] = tokens[t];
-    return (chainFn as NonNullable<Xxh64Source["chain"]>)(
-      u8.subarray(start * 4, words * 4),
-      B * 4,
-      count,
-      0,
-      parent,
-    );
+    const input = u8.subarray(start * 4, words * 4);
+    // A view of the keys in the hasher's memory when it offers one (valid until its next call).
+    const view = viewFn?.(input, B * 4, count, 0, parent) ?? null;
+    return view ?? (chainFn as NonNullable<Xxh64Source["chain"]>)(input, B * 4, count, 0, parent);
   };
   const fast = chainFn !== undefined && scratchFn !== undefined && LITTLE_ENDIAN;
   return {
@@ -134,7 +166,10 @@ export function xxh64BlockHasher(src: Xxh64Source): BlockHasher {
     },
     packed(parent, tokens, blockSize, count) {
       if (count <= 0) return [];
-      if (fast) return wasm(parent, tokens, 0, blockSize, count);
+      if (fast) {
+        const h = wasm(parent, tokens, 0, blockSize, count);
+        return h instanceof Int32Array ? arena.copy(h) : h;
+      }
       const out = new Array<number>(2 * count);
       const one = new BigUint64Array(1);
       const one32 = new Uint32Array(one.buffer);
@@ -223,6 +258,9 @@ export class BlockKeyer {
   readonly hasher: BlockHasher;
   readonly blockSize: number;
   private readonly roots = new Map<string, bigint>();
+  private lastModel: string | null = null;
+  private lastSalt = "";
+  private lastRoot = 0n;
 
   constructor(opts: BlockKeyerOptions) {
     this.hasher = opts.hasher;
@@ -233,13 +271,19 @@ export class BlockKeyer {
 
   /** The chain root for a model (or LoRA name) and cache_salt; an empty salt is no salt, as in vLLM. */
   root(model: string, cacheSalt?: string | null): bigint {
-    const id = `${model}\u0000${cacheSalt ?? ""}`;
+    const salt = cacheSalt ?? "";
+    // Consecutive requests mostly name the same model and salt: no key string to build and hash.
+    if (model === this.lastModel && salt === this.lastSalt) return this.lastRoot;
+    const id = `${model}\u0000${salt}`;
     let r = this.roots.get(id);
     if (r === undefined) {
       r = this.hasher.root(UTF8.encode(id));
       if (this.roots.size >= 4096) this.roots.clear();
       this.roots.set(id, r);
     }
+    this.lastModel = model;
+    this.lastSalt = salt;
+    this.lastRoot = r;
     return r;
   }
 

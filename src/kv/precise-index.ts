@@ -33,9 +33,10 @@
  *   sum of each block's best tier weight (gpu 1.0, cpu 0.8 by default; tiers without a weight count as
  *   absent). One walk down the request's chain for all candidates (see match).
  */
-import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys } from "./block-keys.ts";
+import { type BlockKeyer, type BlockKeys, HI, LO, type PackedKeys, packKeys } from "./block-keys.ts";
 import type { BlockStored, KVEvent } from "./events.ts";
 import { HeldPlaceholders } from "./precise-held.ts";
+import { REC } from "./precise-keys.ts";
 import { RecentlyRemoved, TierRefs } from "./precise-recent.ts";
 import { matchWithShared } from "./precise-shared.ts";
 import { EntryStore, NIL, SPEC, TIER_MASK } from "./precise-store.ts";
@@ -70,6 +71,12 @@ export class PreciseIndex {
   private tag = new Int32Array(16).fill(-1);
   private slot = new Int32Array(16);
   private score = new Float64Array(16);
+  /** The candidate list match() last marked (see members). */
+  private member = new Int32Array(16);
+  private membersGen = 0;
+  private membersFor: Int32Array | null = null;
+  private membersVersion = -1;
+  private membersDup = false;
   /** Candidates that hold block 0, in the order found (a lookup's scratch). */
   private held = new Int32Array(16);
   private base = 0;
@@ -297,25 +304,21 @@ export class PreciseIndex {
    * position). The chain is walked once: per block one key probe, then the block's holders (its entry
    * list) are intersected with the candidates still matching, and the walk stops at the first block no
    * candidate holds. Cost: one probe per matched block plus one step per (matched block, holder), plus
-   * one pass over the candidates. Only candidates with a match appear in the result, in no set order;
-   * the result's arrays are reused by the next call.
+   * one pass over the candidates when `eps` is not the array of the last call (members); while a
+   * single candidate is left, a block whose entry sits next to its previous one costs one check
+   * instead. Only candidates with a match appear in the result, in no set order; the result's arrays
+   * are reused by the next call.
    */
   match(keys: BlockKeys | PackedKeys, eps: Int32Array, now: number): PrefixMatches {
     this.expire(now);
     const out = this.matches;
     out.count = 0;
     const m = eps.length;
-    let k32: ArrayLike<number>;
-    let lo = 0;
-    let hi = 1;
-    if (keys instanceof BigUint64Array) {
-      k32 = new Uint32Array(keys.buffer, keys.byteOffset, keys.length * 2);
-      lo = LO;
-      hi = HI;
-    } else k32 = keys;
+    // Bigint keys (tests, longestPrefix callers) are packed first: one layout for the walk below.
+    const k32 = keys instanceof BigUint64Array ? packKeys(keys) : keys;
     const n = k32.length >>> 1;
     if (n === 0 || m === 0 || this.store.size === 0) return out;
-    if (this.sharedBits !== 0 && this.sharedHeld()) return this.matchShared(k32, lo, hi, n, eps, now);
+    if (this.sharedBits !== 0 && this.sharedHeld()) return this.matchShared(k32, 0, 1, n, eps, now);
     // tag[ep] = base + (blocks matched so far) for this lookup's candidates; older tags are < base.
     if (this.base + 2 * (n + 2) >= 0x7fffffff) {
       this.base = 0;
@@ -324,16 +327,9 @@ export class PreciseIndex {
     const base = this.base;
     this.base += n + 2;
     const { tag, slot } = this;
-    let dup = false;
-    for (let j = 0; j < m; j++) {
-      const ep = eps[j];
-      if (ep < 0) continue;
-      if (tag[ep] === base) dup = true;
-      else {
-        tag[ep] = base;
-        slot[ep] = j;
-      }
-    }
+    const member = this.members(eps);
+    const gen = this.membersGen;
+    const dup = this.membersDup;
     const s = this.store;
     const keyTab = s.keys;
     const { eLink, eExp } = s;
@@ -343,22 +339,61 @@ export class PreciseIndex {
     // Block 0: every candidate holding it starts a run (collected in `alive`).
     let alive = 0;
     const held = this.held;
-    let k = keyTab.find(k32[lo], k32[hi]);
+    // The entry of the last candidate found holding a block: while it is the only one, where its
+    // run continues (and `one` is that candidate).
+    let oneEntry = NIL;
+    let k = keyTab.find(k32[0], k32[1]);
     if (k === NIL) return out;
     for (let e = rec[4 * k + 2]; e !== NIL; e = eLink[2 * e]) {
       const epf = eLink[2 * e + 1];
       const ep = epf & 0xffffff;
-      if (tag[ep] !== base) continue;
+      if (member[ep] !== gen) continue;
       const f = epf >>> 24;
       const w = weight[f];
       if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
       tag[ep] = base + 1;
       score[ep] = w;
       held[alive++] = ep;
+      oneEntry = e;
     }
+    let one = alive === 1 ? held[0] : -1;
     // Blocks 1…: only the candidates still matching advance; stop when none does.
+    const { eKey } = s;
+    const lastEntry = eKey.length - 1;
     for (let i = 1, live = alive; i < n && live > 0; i++) {
-      k = keyTab.findNext(k, k32[2 * i + lo], k32[2 * i + hi]);
+      if (live === 1) {
+        // One candidate left (most of a long prompt: its home replica): follow its own run. A run
+        // stored by one event gets adjacent entries (in order, or reversed when it reuses evicted
+        // ones), so its entry for block i is usually next to its entry for block i − 1: one check
+        // of that entry's key and endpoint instead of a key probe and a walk of the block's holders.
+        let e = oneEntry;
+        let sc = score[one];
+        let j = i;
+        for (; j < n; j++) {
+          const blo = k32[2 * j] | 0;
+          const bhi = k32[2 * j + 1] | 0;
+          let g = e + 1;
+          let r = g <= lastEntry ? eKey[g] : NIL;
+          if (r === NIL || rec[4 * r] !== blo || rec[4 * r + 1] !== bhi || (eLink[2 * g + 1] & REC) !== one) {
+            g = e - 1;
+            r = g >= 0 ? eKey[g] : NIL;
+            if (r === NIL || rec[4 * r] !== blo || rec[4 * r + 1] !== bhi || (eLink[2 * g + 1] & REC) !== one)
+              break; // not adjacent: the general step below looks it up
+          }
+          const f = eLink[2 * g + 1] >>> 24;
+          const w = weight[f];
+          if (w <= 0 || (f === SPEC && eExp[g] <= now)) break; // its entry for this key is not usable
+          sc += w;
+          e = g;
+          k = r;
+        }
+        oneEntry = e;
+        score[one] = sc;
+        tag[one] = base + j;
+        i = j;
+        if (i >= n) break;
+      }
+      k = keyTab.findNext(k, k32[2 * i], k32[2 * i + 1]);
       if (k === NIL) break;
       const want = base + i;
       let advanced = 0;
@@ -371,9 +406,11 @@ export class PreciseIndex {
         if (w <= 0 || (f === SPEC && eExp[e] <= now)) continue;
         tag[ep] = want + 1;
         score[ep] += w;
+        oneEntry = e;
         advanced++;
       }
       live = advanced;
+      one = eLink[2 * oneEntry + 1] & REC;
     }
     if (out.pos.length < m) out.grow(m);
     let c = 0;
@@ -396,6 +433,33 @@ export class PreciseIndex {
     }
     out.count = c;
     return out;
+  }
+
+  /**
+   * Marks the candidates of `eps` (member[ep] = membersGen, slot[ep] = its first position, and
+   * membersDup when an endpoint is listed twice). Kept while the same array is passed again: the
+   * producer resolves its candidate list once and passes that array until the list or the index's
+   * endpoints change, so a lookup needs no pass over every candidate. Callers must not modify an
+   * array after passing it.
+   */
+  private members(eps: Int32Array): Int32Array {
+    if (eps === this.membersFor && this.membersVersion === this.epVersion) return this.member;
+    const gen = ++this.membersGen;
+    const { member, slot } = this;
+    let dup = false;
+    for (let j = 0; j < eps.length; j++) {
+      const ep = eps[j];
+      if (ep < 0) continue;
+      if (member[ep] === gen) dup = true;
+      else {
+        member[ep] = gen;
+        slot[ep] = j;
+      }
+    }
+    this.membersFor = eps;
+    this.membersVersion = this.epVersion;
+    this.membersDup = dup;
+    return member;
   }
 
   private sharedHeld(): boolean {
@@ -504,6 +568,7 @@ export class PreciseIndex {
       this.tag.fill(-1, this.tag.length / 2);
       this.slot = grow(this.slot);
       this.held = grow(this.held);
+      this.member = grow(this.member);
       this.score = new Float64Array(this.tag.length);
     }
     this.epVersion++;

@@ -31,6 +31,17 @@ export interface Hasher {
    * must not.
    */
   scratch?(bytes: number): Uint8Array;
+  /**
+   * Optional, with chain: chain()'s hashes as a view of the hasher's memory, valid only until its
+   * next call (the caller copies them at once); null when unavailable (big-endian host).
+   */
+  chainView?(
+    bytes: Uint8Array,
+    blockBytes: number,
+    maxBlocks: number,
+    first: number,
+    prev: bigint,
+  ): Int32Array | null;
 }
 
 export async function createXxHasher(): Promise<Hasher> {
@@ -41,5 +52,7 @@ export async function createXxHasher(): Promise<Hasher> {
     chain: (bytes, blockBytes, maxBlocks, first, prev) =>
       chain.chain(bytes, blockBytes, maxBlocks, first, prev),
     scratch: (bytes) => chain.scratch(bytes),
+    chainView: (bytes, blockBytes, maxBlocks, first, prev) =>
+      chain.chainView(bytes, blockBytes, maxBlocks, first, prev),
   };
 }

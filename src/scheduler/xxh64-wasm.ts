@@ -58,8 +58,11 @@ const op = {
   i64Load32u: [0x35, 0x02, 0x00],
   i64Load8u: [0x31, 0x00, 0x00],
   i64Store: (offset: number) => [0x37, 0x03, ...uleb(offset)],
+  i32Eq: [0x46],
+  i32Eqz: [0x45],
   i32Add: [0x6a],
   i32Sub: [0x6b],
+  i32And: [0x71],
   i32Shl: [0x74],
   i32LtU: [0x49],
   i32GtU: [0x4b],
@@ -92,10 +95,57 @@ function laneRound(lane: Bytes): Bytes[] {
   return [lane, op.i64(P2), op.i64Mul, op.i64Add, op.i64(31n), op.i64Rotl, op.i64(P1), op.i64Mul];
 }
 
-/** h = rotl(h ^ x, r)·m + a, with x already on the stack. Local 9 is h. */
-function mix(r: bigint, m: bigint, a: bigint | null): Bytes[] {
+/** h = rotl(h ^ x, r)·m + a, with x already on the stack; `h` is a local. */
+function mix(h: number, r: bigint, m: bigint, a: bigint | null): Bytes[] {
   const add = a === null ? [] : [op.i64(a), op.i64Add];
-  return [op.get(9), op.i64Xor, op.i64(r), op.i64Rotl, op.i64(m), op.i64Mul, ...add, op.set(9)];
+  return [op.get(h), op.i64Xor, op.i64(r), op.i64Rotl, op.i64(m), op.i64Mul, ...add, op.set(h)];
+}
+
+// biome-ignore format: one instruction group per line
+/**
+ * The 32-byte stripes from local `p` while p ≤ local `limit` (at least one), into the lane locals
+ * v, v+1, v+2, v+3 (seeded by the caller); advances p. Then local h = the lanes converged and merged.
+ */
+function stripes(p: number, limit: number, v: number, h: number): Bytes[] {
+  return [
+    op.loop,
+    op.get(v), ...laneRound([...op.get(p), ...op.i64Load(0)]), op.set(v),
+    op.get(v + 1), ...laneRound([...op.get(p), ...op.i64Load(8)]), op.set(v + 1),
+    op.get(v + 2), ...laneRound([...op.get(p), ...op.i64Load(16)]), op.set(v + 2),
+    op.get(v + 3), ...laneRound([...op.get(p), ...op.i64Load(24)]), op.set(v + 3),
+    op.get(p), op.i32(32), op.i32Add, op.tee(p), op.get(limit), op.i32LeU, op.brIf(0),
+    op.end,
+    //  h = rotl(v1,1) + rotl(v2,7) + rotl(v3,12) + rotl(v4,18), then merge v1..v4
+    op.get(v), op.i64(1n), op.i64Rotl,
+    op.get(v + 1), op.i64(7n), op.i64Rotl, op.i64Add,
+    op.get(v + 2), op.i64(12n), op.i64Rotl, op.i64Add,
+    op.get(v + 3), op.i64(18n), op.i64Rotl, op.i64Add,
+    op.set(h),
+    ...[v, v + 1, v + 2, v + 3].flatMap((x) => [
+      op.get(h), op.i64(0n), ...laneRound(op.get(x)), op.i64Xor, op.i64(P1), op.i64Mul, op.i64(P4), op.i64Add, op.set(h),
+    ]),
+  ];
+}
+
+// biome-ignore format: one instruction group per line
+/** Seeds the lane locals v..v+3 with `seed` (pushed by `seed`). */
+function seedLanes(seed: Bytes, v: number): Bytes[] {
+  return [
+    seed, op.i64(P1 + P2), op.i64Add, op.set(v),
+    seed, op.i64(P2), op.i64Add, op.set(v + 1),
+    seed, op.set(v + 2),
+    seed, op.i64(P1), op.i64Sub, op.set(v + 3),
+  ];
+}
+
+// biome-ignore format: one instruction group per line
+/** xxh64's final avalanche of local h, left on the stack. */
+function avalanche(h: number): Bytes[] {
+  return [
+    op.get(h), op.get(h), op.i64(33n), op.i64ShrU, op.i64Xor, op.i64(P2), op.i64Mul, op.set(h),
+    op.get(h), op.get(h), op.i64(29n), op.i64ShrU, op.i64Xor, op.i64(P3), op.i64Mul, op.set(h),
+    op.get(h), op.get(h), op.i64(32n), op.i64ShrU, op.i64Xor,
+  ];
 }
 
 // biome-ignore format: one instruction group per line
@@ -104,28 +154,9 @@ const xxh64: Bytes[] = [
   op.get(0), op.get(1), op.i32Add, op.set(3),
   op.get(1), op.i32(32), op.i32GeU,
   op.if,
-  //  v1 = seed + P1 + P2; v2 = seed + P2; v3 = seed; v4 = seed − P1; limit = end − 32
-  op.get(2), op.i64(P1 + P2), op.i64Add, op.set(5),
-  op.get(2), op.i64(P2), op.i64Add, op.set(6),
-  op.get(2), op.set(7),
-  op.get(2), op.i64(P1), op.i64Sub, op.set(8),
+  ...seedLanes(op.get(2), 5),
   op.get(3), op.i32(32), op.i32Sub, op.set(4),
-  op.loop,
-  op.get(5), ...laneRound([...op.get(0), ...op.i64Load(0)]), op.set(5),
-  op.get(6), ...laneRound([...op.get(0), ...op.i64Load(8)]), op.set(6),
-  op.get(7), ...laneRound([...op.get(0), ...op.i64Load(16)]), op.set(7),
-  op.get(8), ...laneRound([...op.get(0), ...op.i64Load(24)]), op.set(8),
-  op.get(0), op.i32(32), op.i32Add, op.tee(0), op.get(4), op.i32LeU, op.brIf(0),
-  op.end,
-  //  h = rotl(v1,1) + rotl(v2,7) + rotl(v3,12) + rotl(v4,18), then merge v1..v4
-  op.get(5), op.i64(1n), op.i64Rotl,
-  op.get(6), op.i64(7n), op.i64Rotl, op.i64Add,
-  op.get(7), op.i64(12n), op.i64Rotl, op.i64Add,
-  op.get(8), op.i64(18n), op.i64Rotl, op.i64Add,
-  op.set(9),
-  ...[5, 6, 7, 8].flatMap((v) => [
-    op.get(9), op.i64(0n), ...laneRound(op.get(v)), op.i64Xor, op.i64(P1), op.i64Mul, op.i64(P4), op.i64Add, op.set(9),
-  ]),
+  ...stripes(0, 4, 5, 9),
   op.else,
   op.get(2), op.i64(P5), op.i64Add, op.set(9),
   op.end,
@@ -134,7 +165,7 @@ const xxh64: Bytes[] = [
   op.block,
   op.loop,
   op.get(0), op.i32(8), op.i32Add, op.get(3), op.i32GtU, op.brIf(1),
-  op.i64(0n), ...laneRound([...op.get(0), ...op.i64Load(0)]), ...mix(27n, P1, P4),
+  op.i64(0n), ...laneRound([...op.get(0), ...op.i64Load(0)]), ...mix(9, 27n, P1, P4),
   op.get(0), op.i32(8), op.i32Add, op.set(0),
   op.br(0),
   op.end,
@@ -142,27 +173,29 @@ const xxh64: Bytes[] = [
   //  one 4-byte lane
   op.get(0), op.i32(4), op.i32Add, op.get(3), op.i32LeU,
   op.if,
-  op.get(0), op.i64Load32u, op.i64(P1), op.i64Mul, ...mix(23n, P2, P3),
+  op.get(0), op.i64Load32u, op.i64(P1), op.i64Mul, ...mix(9, 23n, P2, P3),
   op.get(0), op.i32(4), op.i32Add, op.set(0),
   op.end,
   //  single bytes
   op.block,
   op.loop,
   op.get(0), op.get(3), op.i32GeU, op.brIf(1),
-  op.get(0), op.i64Load8u, op.i64(P5), op.i64Mul, ...mix(11n, P1, null),
+  op.get(0), op.i64Load8u, op.i64(P5), op.i64Mul, ...mix(9, 11n, P1, null),
   op.get(0), op.i32(1), op.i32Add, op.set(0),
   op.br(0),
   op.end,
   op.end,
-  //  avalanche
-  op.get(9), op.get(9), op.i64(33n), op.i64ShrU, op.i64Xor, op.i64(P2), op.i64Mul, op.set(9),
-  op.get(9), op.get(9), op.i64(29n), op.i64ShrU, op.i64Xor, op.i64(P3), op.i64Mul, op.set(9),
-  op.get(9), op.get(9), op.i64(32n), op.i64ShrU, op.i64Xor,
+  ...avalanche(9),
 ];
 
 // biome-ignore format: one instruction group per line
-// chain(src=0, len=1, bb=2, maxBlocks=3, out=4, prev=5); locals: i=6 i32, off=7 i32, n=8 i32,
-// h=9 i64 (the 16-byte pair hash, unrolled: seed 0, two 8-byte lanes b_i then prev).
+/**
+ * chain(src=0, len=1, bb=2, maxBlocks=3, out=4, prev=5); locals: i=6, off=7, n=8, p=9, limit=10
+ * (i32), h=11, v1..v4=12..15 (i64). A whole block whose size is a multiple of 32 (vLLM's 16-token
+ * blocks are 64 bytes) is hashed inline: xxh64 reduced to its stripes, no tail, no call (about a
+ * tenth off chain() for an 8k-token prompt); any other block calls xxh64. Then the 16-byte pair
+ * hash, unrolled (seed 0, two 8-byte lanes: b_i, then prev).
+ */
 const chain: Bytes[] = [
   op.block,
   op.loop,
@@ -170,13 +203,23 @@ const chain: Bytes[] = [
   op.get(6), op.get(3), op.i32GeU, op.brIf(1),
   //  n = min(len − off, bb)
   op.get(2), op.get(1), op.get(7), op.i32Sub, op.tee(8), op.get(8), op.get(2), op.i32GtU, op.select, op.set(8),
-  //  h = P5 + 16; h = rotl(h ^ round(0, b_i), 27)·P1 + P4; same with prev; avalanche
-  op.i64(P5 + 16n), op.set(9),
-  op.i64(0n), ...laneRound([...op.get(0), ...op.get(7), ...op.i32Add, ...op.get(8), ...op.i64(0n), ...op.call(F_XXH64)]), ...mix(27n, P1, P4),
-  op.i64(0n), ...laneRound(op.get(5)), ...mix(27n, P1, P4),
-  op.get(9), op.get(9), op.i64(33n), op.i64ShrU, op.i64Xor, op.i64(P2), op.i64Mul, op.set(9),
-  op.get(9), op.get(9), op.i64(29n), op.i64ShrU, op.i64Xor, op.i64(P3), op.i64Mul, op.set(9),
-  op.get(9), op.get(9), op.i64(32n), op.i64ShrU, op.i64Xor, op.set(5),
+  //  h = xxh64(src + off, n, 0)
+  op.get(8), op.get(2), op.i32Eq, op.get(2), op.i32(31), op.i32And, op.i32Eqz, op.i32And,
+  op.if,
+  op.get(0), op.get(7), op.i32Add, op.tee(9), op.get(2), op.i32Add, op.i32(32), op.i32Sub, op.set(10),
+  ...seedLanes(op.i64(0n), 12),
+  ...stripes(9, 10, 12, 11),
+  op.get(11), op.get(2), op.i64ExtendI32U, op.i64Add, op.set(11),
+  ...avalanche(11), op.set(11),
+  op.else,
+  op.get(0), op.get(7), op.i32Add, op.get(8), op.i64(0n), op.call(F_XXH64), op.set(11),
+  op.end,
+  //  prev = pair hash: h' = P5 + 16; h' = rotl(h' ^ round(0, h), 27)·P1 + P4; same with prev; avalanche
+  op.i64(0n), ...laneRound(op.get(11)), op.set(12),
+  op.i64(P5 + 16n), op.set(11),
+  op.get(12), ...mix(11, 27n, P1, P4),
+  op.i64(0n), ...laneRound(op.get(5)), ...mix(11, 27n, P1, P4),
+  ...avalanche(11), op.set(5),
   //  out[i] = prev; i++; off += bb
   op.get(4), op.get(6), op.i32(3), op.i32Shl, op.i32Add, op.get(5), op.i64Store(0),
   op.get(6), op.i32(1), op.i32Add, op.set(6),
@@ -227,8 +270,8 @@ export function xxh64ChainModuleBytes(): Uint8Array {
     ),
     funcBody(
       [
-        [3, I32],
-        [1, I64],
+        [5, I32],
+        [5, I64],
       ],
       chain,
     ),
@@ -271,6 +314,8 @@ export class Xxh64Chain {
   #u8: Uint8Array;
   #u32: Uint32Array;
   #view: DataView;
+  /** Blocks hashed by the last #run. */
+  #count = 0;
 
   constructor() {
     const instance = new WebAssembly.Instance(new WebAssembly.Module(xxh64ChainModuleBytes()), {});
@@ -293,8 +338,43 @@ export class Xxh64Chain {
    * hash of block `first` (h0 for block 0).
    */
   chain(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): number[] {
+    const out = this.#run(bytes, blockBytes, maxBlocks, first, prev);
+    const n = this.#count;
+    // Copied into a plain array of int32 halves (small integers to V8: no boxing, no double
+    // array): a typed-array copy (slice) of this size gets an off-heap backing store, which costs
+    // ~1 µs, several times that right after a scavenge (bench:picker).
+    const hashes = new Array<number>(2 * n);
+    if (LITTLE_ENDIAN) {
+      const u32 = this.#u32;
+      for (let k = 0, at = out >>> 2; k < 2 * n; k++) hashes[k] = u32[at + k] | 0;
+    } else {
+      for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getInt32(out + 4 * k, true);
+    }
+    return hashes;
+  }
+
+  /**
+   * chain()'s hashes as a view of this instance's memory (int32 halves, low half first), for a
+   * caller that copies them into its own storage at once: valid only until the next call on this
+   * instance. Null on a big-endian host (use chain()).
+   */
+  chainView(
+    bytes: Uint8Array,
+    blockBytes: number,
+    maxBlocks: number,
+    first: number,
+    prev: bigint,
+  ): Int32Array | null {
+    if (!LITTLE_ENDIAN) return null;
+    const out = this.#run(bytes, blockBytes, maxBlocks, first, prev);
+    return new Int32Array(this.#x.mem.buffer, out, 2 * this.#count);
+  }
+
+  /** Hashes the blocks (see chain) into this instance's memory; returns the hashes' byte offset, their count in #count. */
+  #run(bytes: Uint8Array, blockBytes: number, maxBlocks: number, first: number, prev: bigint): number {
     const start = first * blockBytes;
-    if (start >= bytes.length || first >= maxBlocks) return [];
+    this.#count = 0;
+    if (start >= bytes.length || first >= maxBlocks) return 0;
     const blocks = Math.min(Math.ceil((bytes.length - start) / blockBytes), maxBlocks - first);
     const len = Math.min(bytes.length - start, blocks * blockBytes);
     const outBytes = blocks * 8;
@@ -311,18 +391,8 @@ export class Xxh64Chain {
       this.#reserve(outBytes + len);
       this.#u8.set(bytes.subarray(start, start + len), outBytes);
     }
-    const n = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
-    // Copied into a plain array of int32 halves (small integers to V8: no boxing, no double
-    // array): a typed-array copy (slice) of this size gets an off-heap backing store, which costs
-    // ~1 µs, several times that right after a scavenge (bench:picker).
-    const hashes = new Array<number>(2 * n);
-    if (LITTLE_ENDIAN) {
-      const u32 = this.#u32;
-      for (let k = 0, at = out >>> 2; k < 2 * n; k++) hashes[k] = u32[at + k] | 0;
-    } else {
-      for (let k = 0; k < 2 * n; k++) hashes[k] = this.#view.getInt32(out + 4 * k, true);
-    }
-    return hashes;
+    this.#count = this.#x.chain(src, len, blockBytes, blocks, out, BigInt.asIntN(64, prev));
+    return out;
   }
 
   /**
