@@ -19,7 +19,7 @@
  * process must use the same hasher. Token words are written in platform byte order (little-endian on
  * every platform Node ships for); keys are only compared within one process.
  */
-import { createXxHasher } from "../scheduler/hash.ts";
+import { createXxHasher, type Hasher } from "../scheduler/hash.ts";
 
 /** Keys of a request's full blocks, in block order; element i is block i's key. */
 export type BlockKeys = BigUint64Array;
@@ -58,28 +58,11 @@ export interface BlockHasher {
 }
 
 /**
- * What the xxh64 block hasher needs of an xxHash64 implementation: structurally the scheduler's Hasher
- * (src/scheduler/hash.ts). With `chain` and `scratch` (its wasm chain) a whole run of blocks is one call;
- * with `h64` alone, two calls per block.
+ * What the xxh64 block hasher needs of an xxHash64 implementation: the scheduler's Hasher's hashing
+ * part (src/scheduler/hash.ts). With `chain` and `scratch` (its wasm chain) a whole run of blocks is
+ * one call, with `chainView` copied straight into a KeyArena; with `h64` alone, two calls per block.
  */
-export interface Xxh64Source {
-  h64(bytes: Uint8Array, seed?: bigint): bigint;
-  chain?(
-    bytes: Uint8Array,
-    blockBytes: number,
-    maxBlocks: number,
-    first: number,
-    prev: bigint,
-  ): ArrayLike<number>;
-  scratch?(bytes: number): Uint8Array;
-  chainView?(
-    bytes: Uint8Array,
-    blockBytes: number,
-    maxBlocks: number,
-    first: number,
-    prev: bigint,
-  ): Int32Array | null;
-}
+export type Xxh64Source = Pick<Hasher, "h64" | "chain" | "scratch" | "chainView">;
 
 /** Int32s per chunk of a KeyArena: 64k (256 KiB), the keys of ~60 prompts of 8k tokens. */
 const ARENA_CHUNK = 1 << 16;
