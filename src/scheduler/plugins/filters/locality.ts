@@ -46,7 +46,7 @@ import { z } from "zod";
 import { UtilizationDetector } from "../../../flow/utilization-detector.ts";
 import { type PluginHandle, spec } from "../../plugin-spec.ts";
 import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
-import { type InFlightInfo, inflightKey } from "../data.ts";
+import { type InFlightInfo, type InFlightLoad, inflightKey } from "../data.ts";
 
 export const LOCALITY_FILTER_TYPE = "locality-filter";
 export const REGION_LABEL = "topology.kubernetes.io/region";
@@ -130,7 +130,7 @@ type Reader = (g: number) => Float64Array;
 
 /** The in-flight counts of an endpoint, read by id (inflight-load-producer's load()). */
 interface LoadSource {
-  load(endpointId: string): { requests: number; tokens: number };
+  load(endpointId: string): InFlightLoad;
 }
 
 /** A driven measurement older than this many periods means the timer stalled: requests re-measure. */
