@@ -33,6 +33,7 @@ interface Flags {
   longPrefillTokenThreshold?: number;
   enablePrefixCaching?: boolean;
   schedulingPolicy?: "fcfs" | "priority";
+  streamInterval?: number;
   kvEventsConfig?: string;
   kvEventsFormat?: "array" | "map";
   kvTransferConfig?: string;
@@ -112,6 +113,11 @@ export function registerSimReplica(program: Command): Command {
       )
         .choices(["fcfs", "priority"])
         .default("fcfs"),
+    )
+    .option(
+      "--stream-interval <tokens>",
+      "new tokens per streamed chunk; the first and last go out at once (default 1)",
+      integer,
     )
     .option(
       "--kv-events-config <json>",
@@ -227,6 +233,7 @@ export function registerSimReplica(program: Command): Command {
       longPrefillTokenThreshold: flags.longPrefillTokenThreshold,
       enablePrefixCaching: flags.enablePrefixCaching,
       schedulingPolicy: flags.schedulingPolicy,
+      streamInterval: flags.streamInterval,
       kvEventsConfig: flags.kvEventsConfig ?? null,
       kvEventsFormat: flags.kvEventsFormat,
       kvTransferConfig: flags.kvTransferConfig ?? null,

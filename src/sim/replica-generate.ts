@@ -155,6 +155,21 @@ function runGeneration(
     for (const c of choices) c.handle?.cancel();
   };
   const stream = p.stream ? new SseWriter(res, p, id, created, model) : null;
+  // vLLM's --stream-interval (vllm/v1/engine/output_processor.py): after a choice's first token, its
+  // chunk waits until it carries that many new tokens, or the choice finishes.
+  const interval = ctx.opts.streamInterval;
+  const pending = new Map<Choice, { delta: string; ids: number[] }>();
+  const holdBack = (c: Choice, delta: string, ids: number[], final: boolean) => {
+    if (interval <= 1) return { delta, ids };
+    const held = pending.get(c);
+    const all = held ? { delta: held.delta + delta, ids: [...held.ids, ...ids] } : { delta, ids };
+    if (final || !c.started || all.ids.length >= interval) {
+      pending.delete(c);
+      return all;
+    }
+    pending.set(c, all);
+    return null;
+  };
 
   const deliver = (c: Choice, out: DriverOutput) => {
     if (out.finishReason === "error") {
@@ -174,7 +189,8 @@ function runGeneration(
         const pr = prompts[c.promptIndex]!;
         stream.choiceChunk(c, (pr.text ?? tok.decode(pr.tokenIds)) + delta, out.newTokenIds, prompts);
       } else {
-        stream.choiceChunk(c, delta, out.newTokenIds, prompts);
+        const held = holdBack(c, delta, out.newTokenIds, final);
+        if (held) stream.choiceChunk(c, held.delta, held.ids, prompts);
       }
     }
     c.started = true;

@@ -54,6 +54,11 @@ export interface ReplicaSettings {
   enablePrefixCaching?: boolean;
   /** vLLM --scheduling-policy: fcfs (default) or priority (requests' `priority`, lower first). */
   schedulingPolicy?: "fcfs" | "priority";
+  /**
+   * vLLM --stream-interval: a stream's chunks carry this many new tokens (the first token, and the
+   * last, go out at once). Default 1, a chunk per token.
+   */
+  streamInterval?: number;
   seed?: number;
   /** PYTHONHASHSEED for the block-hash chain; default: the env var, else "0". */
   hashSeed?: string;
@@ -108,6 +113,7 @@ export interface ReplicaOptions {
   longPrefillTokenThreshold: number;
   enablePrefixCaching: boolean;
   schedulingPolicy: "fcfs" | "priority";
+  streamInterval: number;
   seed: number;
   hashSeed: string;
   timeScale: number;
@@ -186,6 +192,7 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
   }
   const longPrefillTokenThreshold =
     int("--long-prefill-token-threshold", s.longPrefillTokenThreshold, 0) ?? 0;
+  const streamInterval = int("--stream-interval", s.streamInterval, 1) ?? 1;
   const seed = int("--seed", s.seed, 0, 2 ** 32 - 1) ?? 0;
   const timeScale = s.timeScale ?? 1;
   if (!(Number.isFinite(timeScale) && timeScale > 0))
@@ -327,6 +334,7 @@ export async function resolveReplicaOptions(s: ReplicaSettings = {}): Promise<Re
     longPrefillTokenThreshold,
     enablePrefixCaching: s.enablePrefixCaching ?? true,
     schedulingPolicy,
+    streamInterval,
     seed,
     hashSeed: s.hashSeed ?? defaultHashSeed(),
     timeScale,
