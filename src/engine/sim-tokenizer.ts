@@ -166,10 +166,12 @@ export function createSimTokenizer(opts: SimTokenizerOptions = {}): Tokenizer {
   const span = vocabSize - SIM_RESERVED_IDS;
   const reverse = new Map<number, string>();
 
-  function remember(id: number, piece: string): void {
-    if (reverse.get(id) === piece) return;
+  /** Remembers text[s, e) as id's piece; a piece already held is compared in place, not copied. */
+  function remember(id: number, text: string, s: number, e: number): void {
+    const held = reverse.get(id);
+    if (held !== undefined && held.length === e - s && text.startsWith(held, s)) return;
     reverse.delete(id);
-    reverse.set(id, piece);
+    reverse.set(id, text.slice(s, e));
     if (reverse.size > reverseCap) reverse.delete(reverse.keys().next().value as number);
   }
 
@@ -187,7 +189,7 @@ export function createSimTokenizer(opts: SimTokenizerOptions = {}): Tokenizer {
         (s, e) => {
           const id = SIM_RESERVED_IDS + (fnv1a(text, s, e) % span);
           ids.push(id);
-          if (reverseCap > 0) remember(id, text.slice(s, e));
+          if (reverseCap > 0) remember(id, text, s, e);
         },
       );
       return ids;

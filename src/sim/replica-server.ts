@@ -72,7 +72,10 @@ export class ReplicaServer {
   private constructor(opts: ReplicaOptions, publisher: ZmqEventPublisher | null) {
     this.opts = opts;
     this.publisher = publisher;
-    this.engine = new Engine(engineConfigOf(opts), { keepOffloadTransfers: true });
+    // Block hashes leave the replica only in KV events; without them a fast hash with the same
+    // prefix-hit behaviour saves ~0.8 ms of CPU per 7,000-token prompt (fast-block-hash.ts).
+    const blockHashAlgo = opts.kvEventsConfig?.enableKvCacheEvents ? "sha256_cbor" : "fast64";
+    this.engine = new Engine(engineConfigOf(opts), { keepOffloadTransfers: true, blockHashAlgo });
     this.faults = new Faults(opts.faults, opts.seed, () => (opts.onCrash ?? (() => this.crash()))());
     this.driver = new ReplicaDriver(this.engine, {
       timeScale: opts.timeScale,
