@@ -31,6 +31,8 @@ export interface PredictFleet {
   maxModelLen: number;
   /** The gateway's metric scrape period, simulated seconds. */
   scrapeIntervalS: number;
+  /** Simulated seconds from a request's send to its arrival at the replica (default 0). */
+  gatewayDelayS?: number;
 }
 
 export interface Prediction {
@@ -62,7 +64,7 @@ export async function predict(
       ],
       workload: { ...spec },
       scrapeIntervalMs: fleet.scrapeIntervalS * 1000,
-      gatewayDelayMs: 0,
+      gatewayDelayMs: (fleet.gatewayDelayS ?? 0) * 1000,
     }),
   );
   const tokenizer = new PromptTokenizer();

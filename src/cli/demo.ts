@@ -46,6 +46,12 @@ export function registerDemo(program: Command): void {
     .option("--requests <n>", "requests in all (5 questions per user)", num("--requests", true), d.requests)
     .option("--output-len <n>", "tokens per answer", num("--output-len", true), d.outputLen)
     .option(
+      "--stream-interval <n>",
+      "the replicas' vLLM --stream-interval: new tokens per streamed chunk (the first token goes out at once)",
+      num("--stream-interval", true),
+      d.streamInterval,
+    )
+    .option(
       "--blocks <n>",
       "KV blocks per replica, 16 tokens each, incl. the null block (default: the profile's)",
       num("--blocks", true),
@@ -77,6 +83,7 @@ export function registerDemo(program: Command): void {
           users: f.users,
           requests: f.requests,
           outputLen: f.outputLen,
+          streamInterval: f.streamInterval,
           blocksPerReplica: f.blocks,
           profile: f.profile,
           seed: f.seed,
