@@ -13,7 +13,14 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism, setPriority } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parsePromText, sumOf } from "../datalayer/prom-text.ts";
-import { adaptiveStartTimeoutMs, type Child, cpuSecondsOf, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import {
+  adaptiveStartTimeoutMs,
+  type Child,
+  cpuSecondsOf,
+  simReplicaArgs,
+  spawnKvgate,
+  stopAll,
+} from "../sim/launcher.ts";
 import { type CpuUse, type DemoPhase, demoSummary } from "./demo-format.ts";
 import { type Prediction, predict } from "./demo-predict.ts";
 import { runBench } from "./driver.ts";
@@ -131,24 +138,15 @@ function startHint(o: DemoOptions, timeoutMs: number): string {
 }
 
 async function startReplicas(o: DemoOptions, phase: string, timeoutMs: number): Promise<Child[]> {
-  const args = (i: number) => [
-    "sim-replica",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "0",
-    "--profile",
-    o.profile,
-    "--time-scale",
-    String(o.timeScale),
-    ...(o.blocksPerReplica !== undefined ? ["--num-gpu-blocks-override", String(o.blocksPerReplica)] : []),
-    "--max-model-len",
-    String(DEMO_MAX_MODEL_LEN),
-    "--stream-interval",
-    String(o.streamInterval),
-    "--seed",
-    String(o.seed + i),
-  ];
+  const args = (i: number) =>
+    simReplicaArgs({
+      profile: o.profile,
+      "time-scale": o.timeScale,
+      "num-gpu-blocks-override": o.blocksPerReplica,
+      "max-model-len": DEMO_MAX_MODEL_LEN,
+      "stream-interval": o.streamInterval,
+      seed: o.seed + i,
+    });
   const hint = startHint(o, timeoutMs);
   const started = await Promise.allSettled(
     Array.from({ length: o.replicas }, (_, i) =>

@@ -28,7 +28,7 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { Pool } from "undici";
-import { type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { type Child, simReplicaArgs, spawnKvgate, stopAll } from "../sim/launcher.ts";
 import {
   lagBetween,
   type MixOptions,
@@ -131,19 +131,10 @@ async function main(): Promise<void> {
     try {
       for (let k = 0; k < replicas; k++)
         fleet.push(
-          await spawnKvgate("sim-replica", [
+          await spawnKvgate(
             "sim-replica",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--max-num-seqs",
-            String(maxNumSeqs),
-            "--time-scale",
-            String(timeScale),
-            "--seed",
-            String(seed + k),
-          ]),
+            simReplicaArgs({ "max-num-seqs": maxNumSeqs, "time-scale": timeScale, seed: seed + k }),
+          ),
         );
       banner = fleet[0].banner;
       const host = fleet.map((r) => new URL(r.url).host).join(",");

@@ -8,7 +8,7 @@
  */
 import { Pool } from "undici";
 import { createRng } from "../scheduler/rng.ts";
-import { type Child, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { type Child, simReplicaArgs, spawnKvgate, stopAll } from "../sim/launcher.ts";
 import { type Percentiles, percentiles } from "./picker-decision.ts";
 
 export interface GatewayBenchOptions {
@@ -110,17 +110,10 @@ export async function runGatewayBench(
   o: GatewayBenchOptions,
   log: (s: string) => void,
 ): Promise<GatewayBenchResult> {
-  const replica = await spawnKvgate("sim-replica", [
+  const replica = await spawnKvgate(
     "sim-replica",
-    "--host",
-    "127.0.0.1",
-    "--port",
-    "0",
-    "--time-scale",
-    String(o.timeScale),
-    "--seed",
-    String(o.seed),
-  ]);
+    simReplicaArgs({ "time-scale": o.timeScale, seed: o.seed }),
+  );
   let gw: Child | null = null;
   const pools: Pool[] = [];
   try {

@@ -13,7 +13,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
-import { cpuSecondsOf, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { cpuSecondsOf, simReplicaArgs, spawnKvgate, stopAll } from "../sim/launcher.ts";
 import { DEMO_DEFAULTS, DEMO_MAX_MODEL_LEN, demoWorkloadSpec } from "./demo.ts";
 import { generateWorkload } from "./workloads/spec.ts";
 
@@ -48,21 +48,12 @@ const perRequestMs: number[] = [];
 for (let round = 0; round < rounds; round++) {
   const replica = await spawnKvgate(
     "replica",
-    [
-      "sim-replica",
-      "--host",
-      "127.0.0.1",
-      "--port",
-      "0",
-      "--profile",
-      DEMO_DEFAULTS.profile,
-      "--time-scale",
-      "1000",
-      "--max-model-len",
-      String(DEMO_MAX_MODEL_LEN),
-      "--stream-interval",
-      String(streamInterval),
-    ],
+    simReplicaArgs({
+      profile: DEMO_DEFAULTS.profile,
+      "time-scale": 1000,
+      "max-model-len": DEMO_MAX_MODEL_LEN,
+      "stream-interval": streamInterval,
+    }),
     { timeoutMs: 60_000, hint: "What to do: re-run when the machine is less loaded." },
   );
   try {

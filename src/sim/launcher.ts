@@ -92,6 +92,17 @@ function timeoutMessage(name: string, args: string[], pid: number | undefined, m
 }
 
 /**
+ * The argv of `kvgate sim-replica` on a free loopback port, then `--flag value` for each entry of
+ * `flags` that is not undefined (e.g. `{ profile: "llama-3.1-8b-h100", "time-scale": 2 }`).
+ */
+export function simReplicaArgs(flags: Record<string, string | number | undefined> = {}): string[] {
+  const args = ["sim-replica", "--host", "127.0.0.1", "--port", "0"];
+  for (const [name, value] of Object.entries(flags))
+    if (value !== undefined) args.push(`--${name}`, String(value));
+  return args;
+}
+
+/**
  * Spawns `bin/kvgate <args>` and resolves once it prints a line containing `listening on URL`.
  * Rejects (and kills the child) if it exits first or does not start within the timeout
  * (a number is a fixed timeout in ms, as before).

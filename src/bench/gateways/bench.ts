@@ -21,7 +21,7 @@ import { availableParallelism, loadavg } from "node:os";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { parsePromText, sumOf } from "../../datalayer/prom-text.ts";
-import { type Child, cpuSecondsOf, spawnKvgate, stopAll } from "../../sim/launcher.ts";
+import { type Child, cpuSecondsOf, simReplicaArgs, spawnKvgate, stopAll } from "../../sim/launcher.ts";
 import { runBench } from "../driver.ts";
 import { buildRun } from "../run.ts";
 import { generateWorkload, resolveWorkloadSpec } from "../workloads/spec.ts";
@@ -126,21 +126,15 @@ async function run(n: number, synced: boolean, nats: string, k: number): Promise
   try {
     const reps = await Promise.all(
       Array.from({ length: replicas }, (_, i) =>
-        spawnKvgate(`replica ${i}`, [
-          "sim-replica",
-          "--host",
-          "127.0.0.1",
-          "--port",
-          "0",
-          "--profile",
-          a.profile,
-          "--time-scale",
-          String(timeScale),
-          "--seed",
-          String(Number(a.seed) + i),
-          "--max-model-len",
-          "8192",
-        ]),
+        spawnKvgate(
+          `replica ${i}`,
+          simReplicaArgs({
+            profile: a.profile,
+            "time-scale": timeScale,
+            seed: Number(a.seed) + i,
+            "max-model-len": 8192,
+          }),
+        ),
       ),
     );
     children.push(...reps);
