@@ -75,7 +75,7 @@ export interface DemoOptions {
 
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
-  timeScale: 1.5,
+  timeScale: 1.25,
   replicaNice: 0,
   scrapeIntervalMs: 100,
   users: 150,
