@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DEMO_DEFAULTS, DEMO_MAX_MODEL_LEN, demoWorkloadSpec } from "../src/bench/demo.ts";
-import { predict } from "../src/bench/demo-predict.ts";
+import { jitterSends, predict } from "../src/bench/demo-predict.ts";
 import { generateWorkload } from "../src/bench/workloads/spec.ts";
 
 test("a 2 ms trip costs a warm request most of a step, not 2 ms", async () => {
@@ -23,4 +23,54 @@ test("a 2 ms trip costs a warm request most of a step, not 2 ms", async () => {
   const hop = (await kvgate(0.002)).ttft_p50_s;
   assert.ok(direct !== null && hop !== null && direct > 0);
   assert.ok(hop - direct > 0.01, `TTFT p50 ${direct} s → ${hop} s: the hop must cost a step wait`);
+});
+
+test("jitterSends: each send up to the jitter later, the same for a seed, the input untouched", () => {
+  const o = { ...DEMO_DEFAULTS, replicas: 2, users: 6, requests: 24, outputLen: 16 };
+  const workload = generateWorkload(demoWorkloadSpec(o));
+  const before = structuredClone(workload.requests);
+  const a = jitterSends(workload, 0.01, 42);
+  assert.deepEqual(workload.requests, before, "the live run's workload is not changed");
+  assert.deepEqual(jitterSends(workload, 0.01, 42), a);
+  assert.notDeepEqual(jitterSends(workload, 0.01, 43).requests, a.requests);
+  let closedLoop = 0;
+  for (const [i, r] of a.requests.entries()) {
+    const was = before[i];
+    const late = r.arrivalTime - was.arrivalTime;
+    assert.ok(late >= 0 && late < 0.01, `${r.id} moved by ${late} s`);
+    if (was.after) {
+      closedLoop++;
+      assert.equal(r.after?.id, was.after.id);
+      assert.ok(
+        Math.abs(r.after!.delay - was.after.delay - late) < 1e-12,
+        "the wait after the answer grows by as much",
+      );
+    } else assert.equal(r.after, undefined);
+  }
+  assert.equal(closedLoop, 18, "6 users' first questions have no predecessor");
+  assert.equal(jitterSends(workload, 0, 42), workload);
+  assert.throws(() => jitterSends(workload, -1, 42), /send jitter must be ≥ 0 s/);
+});
+
+test("sent at one instant in a fixed order, round-robin deals users back to their replicas; a few ms of jitter ends that", async () => {
+  // 12 users on 4 replicas: without jitter user u's every question is the (12t + u)-th send, so it
+  // lands on replica u mod 4 each turn and hits its own system prompt, which live timing never does.
+  const o = { ...DEMO_DEFAULTS, replicas: 4, users: 12, requests: 60, outputLen: 32 };
+  const spec = demoWorkloadSpec(o);
+  const workload = generateWorkload(spec);
+  const fleet = {
+    replicas: 4,
+    profile: o.profile,
+    maxModelLen: DEMO_MAX_MODEL_LEN,
+    scrapeIntervalS: 0.1,
+    gatewayDelayS: 0.002,
+  };
+  const hits = async (sendJitterS: number) => {
+    const runs = await predict(spec, workload, { ...fleet, sendJitterS });
+    return runs.find((p) => p.router === "round-robin")!.run.prefix_cache_hit_rate ?? Number.NaN;
+  };
+  const exact = await hits(0);
+  const jittered = await hits(0.01);
+  assert.ok(exact > 0.6, `lockstep round-robin hit rate ${exact}`);
+  assert.ok(jittered < exact - 0.2, `with 10 ms of jitter ${jittered} against ${exact}`);
 });

@@ -16,6 +16,7 @@ import { scenarioFleetOptions } from "../sim/fleet/simulate.ts";
 import type { RequestRecord } from "./metrics.ts";
 import type { RunResult } from "./results.ts";
 import { buildRun } from "./run.ts";
+import { streamRng } from "./workloads/sampling.ts";
 import type { WorkloadSpec } from "./workloads/spec.ts";
 import type { Workload } from "./workloads/types.ts";
 
@@ -33,6 +34,11 @@ export interface PredictFleet {
   scrapeIntervalS: number;
   /** Simulated seconds from a request's send to its arrival at the replica (default 0). */
   gatewayDelayS?: number;
+  /**
+   * Simulated seconds by which each send may come late, drawn uniformly from [0, this) per request
+   * (seeded; jitterSends). Default 0: every closed-loop send at the instant its answer ends.
+   */
+  sendJitterS?: number;
 }
 
 export interface Prediction {
@@ -40,6 +46,28 @@ export interface Prediction {
   run: RunResult;
   records: RequestRecord[];
   wallSeconds: number;
+}
+
+/**
+ * `workload` with every send up to `jitterS` seconds later (uniform, from `seed`): a closed-loop
+ * request's wait after its predecessor ends, else its arrival time. A live client sends the next
+ * questions of users whose answers ended in the same engine step one after another, milliseconds
+ * apart and in no fixed order; the simulator, exact, sends them at one instant in the same order
+ * every turn, and round-robin then deals a user back to a replica it used before more often than
+ * live (the demo: 26% hit rate simulated against 16–18% live). The input is not changed.
+ */
+export function jitterSends(workload: Workload, jitterS: number, seed: number): Workload {
+  if (!(jitterS >= 0) || !Number.isFinite(jitterS))
+    throw new RangeError(`send jitter must be ≥ 0 s, got ${jitterS}`);
+  if (jitterS === 0) return workload;
+  const rng = streamRng(seed, "demo-send-jitter");
+  const requests = workload.requests.map((r) => {
+    const late = rng.next() * jitterS;
+    return r.after
+      ? { ...r, arrivalTime: r.arrivalTime + late, after: { ...r.after, delay: r.after.delay + late } }
+      : { ...r, arrivalTime: r.arrivalTime + late };
+  });
+  return { ...workload, requests };
 }
 
 /** Simulates both routers on `workload` (generated from `spec`), round-robin first. */
@@ -67,15 +95,16 @@ export async function predict(
       gatewayDelayMs: (fleet.gatewayDelayS ?? 0) * 1000,
     }),
   );
+  const sent = jitterSends(workload, fleet.sendJitterS ?? 0, spec.seed);
   const tokenizer = new PromptTokenizer();
   const out: Prediction[] = [];
   for (const r of sc.routers) {
     const t0 = performance.now();
     const created = await createScheduler(r.configText, { seed: sc.seed });
-    const res = runFleet(scenarioFleetOptions(sc, r, created, workload, tokenizer));
+    const res = runFleet(scenarioFleetOptions(sc, r, created, sent, tokenizer));
     const run = buildRun(
       spec,
-      workload,
+      sent,
       { records: res.records, notSent: 0, stageStarts: res.stageStarts, fleet: res.fleet, started: "" },
       { router: r.name, timeScale: 1 },
     );
