@@ -49,3 +49,24 @@ test("cpuLines: cores per part over the run's wall time; the round-robin phase h
   );
   assert.match(lines[1], /kvgate .*replicas 0\.80, gateway 0\.50, client 0\.40; 1\.70 of 2 cores/);
 });
+
+test("cpuLines: side by side, each phase's own parts, then the load generator that drove both", () => {
+  const phase = (router: DemoPhase["router"], cpu: DemoPhase["cpu"]) =>
+    ({ router, run: {}, records: [], replicaLagMaxS: [], wallSeconds: 1, cpu }) as unknown as DemoPhase;
+  const lines = cpuLines(
+    [
+      phase("round-robin", { wallS: 40, replicasS: 30, gatewayS: null, clientS: null }),
+      phase("kvgate", { wallS: 50, replicasS: 40, gatewayS: 25, clientS: null }),
+    ],
+    2,
+    { wallS: 50, cpuS: 5 },
+  );
+  assert.equal(lines.length, 3);
+  assert.match(lines[0], /round-robin .*replicas 0\.75, no gateway; 0\.75 of 2 cores$/);
+  assert.match(lines[1], /kvgate .*replicas 0\.80, gateway 0\.50; 1\.30 of 2 cores$/);
+  // 30 + 40 + 25 + 5 CPU seconds over the 50 s both ran.
+  assert.match(
+    lines[2],
+    /drove both phases at once: client 0\.10 over 50\.0 wall s; everything together 2\.00 of 2 cores/,
+  );
+});

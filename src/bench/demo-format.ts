@@ -25,8 +25,17 @@ export interface CpuUse {
   replicasS: number | null;
   /** The gateway process; null in the round-robin phase, which has none. */
   gatewayS: number | null;
-  /** The demo's own process: the load generator reading every stream. */
-  clientS: number;
+  /**
+   * The demo's own process: the load generator reading every stream. Null when both phases ran at
+   * once: one process drove both, so its CPU is reported once (ClientCpu).
+   */
+  clientS: number | null;
+}
+
+/** The load generator's CPU while both phases ran side by side. */
+export interface ClientCpu {
+  wallS: number;
+  cpuS: number;
 }
 
 /**
@@ -34,18 +43,31 @@ export interface CpuUse {
  * the machine's. The live TTFT includes any wait for a core, and only the kvgate phase has a
  * gateway relaying every token, so this is where a busy machine shows.
  */
-export function cpuLines(phases: DemoPhase[], cores: number): string[] {
+export function cpuLines(phases: DemoPhase[], cores: number, client?: ClientCpu): string[] {
   const c = (s: number | null, wall: number) => (s === null ? "-" : (s / wall).toFixed(2));
-  return phases.flatMap((p) => {
+  const lines = phases.flatMap((p) => {
     if (!p.cpu) return [];
     const { wallS, replicasS, gatewayS, clientS } = p.cpu;
-    const total = (replicasS ?? 0) + (gatewayS ?? 0) + clientS;
+    const parts = [
+      `replicas ${c(replicasS, wallS)}`,
+      gatewayS === null ? "no gateway" : `gateway ${c(gatewayS, wallS)}`,
+      ...(clientS === null ? [] : [`client ${c(clientS, wallS)}`]),
+    ];
+    const total = (replicasS ?? 0) + (gatewayS ?? 0) + (clientS ?? 0);
     return [
-      `CPU while ${p.router} ran (cores busy on average over ${wallS.toFixed(1)} wall s): replicas ${c(replicasS, wallS)}, ` +
-        `${gatewayS === null ? "no gateway" : `gateway ${c(gatewayS, wallS)}`}, client ${c(clientS, wallS)}; ` +
+      `CPU while ${p.router} ran (cores busy on average over ${wallS.toFixed(1)} wall s): ${parts.join(", ")}; ` +
         `${(total / wallS).toFixed(2)} of ${cores} cores`,
     ];
   });
+  if (client !== undefined) {
+    // Side by side: the phases' own cores add up, the load generator drove both.
+    const all = phases.reduce((a, p) => a + (p.cpu?.replicasS ?? 0) + (p.cpu?.gatewayS ?? 0), client.cpuS);
+    lines.push(
+      `the load generator drove both phases at once: client ${c(client.cpuS, client.wallS)} over ` +
+        `${client.wallS.toFixed(1)} wall s; everything together ${c(all, client.wallS)} of ${cores} cores`,
+    );
+  }
+  return lines;
 }
 
 export interface Side {
@@ -102,7 +124,7 @@ interface Row {
 export function demoSummary(
   phases: DemoPhase[],
   predictions: Side[],
-  o: { timeScale: number; cores?: number },
+  o: { timeScale: number; cores?: number; client?: ClientCpu },
 ): string {
   const [rr, kv] = phases;
   const [srr, skv] = predictions;
@@ -168,7 +190,7 @@ export function demoSummary(
     );
   }
   lines.push(whereFrom(rr.run, kv.run));
-  if (o.cores !== undefined) lines.push(...cpuLines(phases, o.cores));
+  if (o.cores !== undefined) lines.push(...cpuLines(phases, o.cores, o.client));
   const lag = Math.max(...lags);
   if (lag > LAG_WARN_S)
     lines.push(

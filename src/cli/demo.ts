@@ -21,7 +21,7 @@ export function registerDemo(program: Command): void {
   program
     .command("demo")
     .description(
-      "Run simulated vLLM replicas under the tutorial workload (150 users, 6,000-token system prompts, 1,000-token questions and answers), first through client-side round-robin, then through kvgate; print both side by side with what kvgate simulate predicts (simulated figures).",
+      "Run simulated vLLM replicas under the tutorial workload (150 users, 6,000-token system prompts, 1,000-token questions and answers), through client-side round-robin and through kvgate at the same time, each on its own replicas; print both side by side with what kvgate simulate predicts (simulated figures).",
     )
     .option("--replicas <n>", "replica processes", num("--replicas", true), d.replicas)
     .option("--time-scale <x>", "simulated seconds per wall second", num("--time-scale", false), d.timeScale)
@@ -64,6 +64,10 @@ export function registerDemo(program: Command): void {
       num("--start-timeout", false),
     )
     .option("--no-predict", "skip the in-process fleet simulation beside the live runs")
+    .option(
+      "--sequential",
+      "run round-robin, then kvgate, each alone on the machine (twice the wall time), instead of both at once on their own replicas",
+    )
     .option("--json <file>", "results file, rewritten after each phase", d.json)
     .option("--report <file>", "where to write the HTML report", d.report)
     .action(async (f) => {
@@ -89,6 +93,7 @@ export function registerDemo(program: Command): void {
           seed: f.seed,
           startTimeoutMs: f.startTimeout === undefined ? undefined : f.startTimeout * 1000,
           predict: f.predict,
+          sequential: f.sequential === true,
           json: f.json,
           report: f.report,
           log: (line) => console.log(line),
