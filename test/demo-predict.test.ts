@@ -55,7 +55,8 @@ test("jitterSends: each send up to the jitter later, the same for a seed, the in
 test("sent at one instant in a fixed order, round-robin deals users back to their replicas; a few ms of jitter ends that", async () => {
   // 12 users on 4 replicas: without jitter user u's every question is the (12t + u)-th send, so it
   // lands on replica u mod 4 each turn and hits its own system prompt, which live timing never does.
-  const o = { ...DEMO_DEFAULTS, replicas: 4, users: 12, requests: 60, outputLen: 32 };
+  // All users start at once, so their answers end together, turn after turn.
+  const o = { ...DEMO_DEFAULTS, replicas: 4, users: 12, requests: 60, outputLen: 32, rampUpS: 0 };
   const spec = demoWorkloadSpec(o);
   const workload = generateWorkload(spec);
   const fleet = {
@@ -73,4 +74,35 @@ test("sent at one instant in a fixed order, round-robin deals users back to thei
   const jittered = await hits(0.01);
   assert.ok(exact > 0.6, `lockstep round-robin hit rate ${exact}`);
   assert.ok(jittered < exact - 0.2, `with 10 ms of jitter ${jittered} against ${exact}`);
+});
+
+test("users started over the ramp end their answers far more than a step apart on each replica; started at once, a step apart", async () => {
+  // A next question that reaches its replica later than the gap to its neighbour's is prefilled with
+  // it, and the two then end and ask together: the gap is the demo's margin against that.
+  const gaps = async (rampUpS: number) => {
+    const o = { ...DEMO_DEFAULTS, replicas: 4, users: 40, requests: 120, outputLen: 200, rampUpS };
+    const spec = demoWorkloadSpec(o);
+    const fleet = {
+      replicas: 4,
+      profile: o.profile,
+      maxModelLen: DEMO_MAX_MODEL_LEN,
+      scrapeIntervalS: 0.1,
+      gatewayDelayS: 0.002,
+    };
+    const runs = await predict(spec, generateWorkload(spec), fleet);
+    const ends = new Map<string, number[]>();
+    for (const r of runs.find((p) => p.router === "kvgate")!.records)
+      if (!r.warmup) ends.set(r.endpoint ?? "", [...(ends.get(r.endpoint ?? "") ?? []), r.end]);
+    const out: number[] = [];
+    for (const list of ends.values()) {
+      list.sort((a, b) => a - b);
+      for (let i = 1; i < list.length; i++) out.push(list[i] - list[i - 1]);
+    }
+    return out.sort((a, b) => a - b);
+  };
+  const median = (xs: number[]) => xs[Math.floor(xs.length / 2)];
+  const atOnce = await gaps(0);
+  const ramped = await gaps(DEMO_DEFAULTS.rampUpS);
+  assert.ok(median(atOnce) < 0.05, `started at once: median gap ${median(atOnce)} s`);
+  assert.ok(median(ramped) > 0.2 && median(ramped) > 10 * median(atOnce), `ramped: median gap ${median(ramped)} s against ${median(atOnce)} s`);
 });

@@ -51,6 +51,8 @@ export interface DemoOptions {
   users: number;
   /** Requests in all (the tutorial's 750: 5 questions per user). */
   requests: number;
+  /** Users start their first questions evenly over this many simulated seconds (0: all at once). */
+  rampUpS: number;
   /** Tokens per answer (the tutorial's 1,000). */
   outputLen: number;
   /**
@@ -71,7 +73,7 @@ export interface DemoOptions {
    * replicas (twice the wall time; for a machine too small to hold both).
    */
   sequential: boolean;
-  /** The results file (rewritten after each phase). */
+  /** The results file (written when the phases end; after each phase with `sequential`). */
   json: string;
   /** Where the HTML report goes. */
   report: string;
@@ -82,15 +84,17 @@ export interface DemoOptions {
 const ROUTERS = ["round-robin", "kvgate"] as const;
 
 /*
- * The defaults run both phases at once in real time, the replicas at nice 10: about 150 s on a
- * 2-core VM. One phase after the other took 221 s at 1.25x. The tutorial's users all get
- * 1,000-token answers and ask again at once, so users of one replica whose answers end a step
- * apart stay a step apart only if every next question reaches the replica within that step (~22
- * ms); one that comes later is prefilled together with its neighbour's, and from then on the two
- * end and ask together, turn after turn, in ever longer prefill steps. Side by side with the
- * replicas at nice 0, the load generator and the gateway waited for a core often enough that two
- * runs of two merged users so (kvgate TTFT p90 0.592 / 0.615 s, simulated 0.209); at nice 10 three
- * runs of three did not (0.212–0.217 s against a simulated 0.205).
+ * The defaults run both phases at once in real time, the users starting evenly over 10 s and the
+ * replicas at nice 10: about 150 s on a 2-core VM (one phase after the other took 221 s at 1.25x).
+ * Every answer is 1,000 tokens and nobody pauses, so users whose answers end a step apart on one
+ * replica stay apart only if each next question reaches it within that step (~22 ms); one that comes
+ * later is prefilled with its neighbour's, and from then on the two end and ask together, turn after
+ * turn, in ever longer prefill steps. Started all at once, the first answers end within ~2 s, a step
+ * apart on each replica: side by side, kvgate's live TTFT p90 was 0.59 / 0.62 s at nice 0 and
+ * 0.21–0.25 s at nice 10 (simulated 0.21 s), and 1.0 s once with its start delayed 5 s behind
+ * round-robin's. Started over 10 s, a replica's users are ~0.5 s apart: three runs at nice 10 gave
+ * kvgate TTFT p90 0.103 s each against a simulated 0.097, every live figure within 10% of the
+ * prediction.
  */
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
@@ -99,6 +103,7 @@ export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   scrapeIntervalMs: 100,
   users: 150,
   requests: 750,
+  rampUpS: 10,
   outputLen: 1000,
   streamInterval: 10,
   profile: "qwen3-32b-tp2-h100",
@@ -147,7 +152,7 @@ export function demoWorkloadSpec(o: Omit<DemoOptions, "log">): WorkloadSpec {
     numRequests: o.requests,
     options: { numGroups: o.users, outputLen: o.outputLen },
     // Each user's first question is cold for any router; the steady state is what routing changes.
-    arrival: { type: "closed", users: o.users, thinkTime: 0, warmup: 1 },
+    arrival: { type: "closed", users: o.users, thinkTime: 0, warmup: 1, rampUp: o.rampUpS },
   });
 }
 
@@ -379,7 +384,8 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     `kvgate demo (simulated): ${o.replicas} x ${o.profile} replicas at ${o.timeScale}x real time` +
       `${o.replicaNice > 0 ? `, nice ${o.replicaNice}` : ""}; gateway scrapes every ${o.scrapeIntervalMs} wall ms; ` +
       `workload preset tutorial: ${o.users} users x 6,000-token system prompts, 1,000-token questions, ` +
-      `${o.outputLen.toLocaleString("en-US")}-token answers, ${workload.requests.length} requests`,
+      `${o.outputLen.toLocaleString("en-US")}-token answers, ${workload.requests.length} requests` +
+      `${o.rampUpS > 0 ? `, users starting over ${o.rampUpS} s` : ", all users at once"}`,
   );
   let predictions: Prediction[] = [];
   if (o.predict) {

@@ -44,6 +44,17 @@ export function registerDemo(program: Command): void {
     )
     .option("--users <n>", "closed-loop users, one system prompt each", num("--users", true), d.users)
     .option("--requests <n>", "requests in all (5 questions per user)", num("--requests", true), d.requests)
+    .option(
+      "--ramp-up <s>",
+      "simulated seconds over which the users start their first questions, evenly (0: all at once)",
+      (v: string) => {
+        const n = Number(v);
+        if (!Number.isFinite(n) || n < 0)
+          throw new InvalidArgumentError("--ramp-up must be a number of seconds ≥ 0");
+        return n;
+      },
+      d.rampUpS,
+    )
     .option("--output-len <n>", "tokens per answer", num("--output-len", true), d.outputLen)
     .option(
       "--stream-interval <n>",
@@ -68,7 +79,7 @@ export function registerDemo(program: Command): void {
       "--sequential",
       "run round-robin, then kvgate, each alone on the machine (twice the wall time), instead of both at once on their own replicas",
     )
-    .option("--json <file>", "results file, rewritten after each phase", d.json)
+    .option("--json <file>", "results file, written when the phases end", d.json)
     .option("--report <file>", "where to write the HTML report", d.report)
     .action(async (f) => {
       const ac = new AbortController();
@@ -86,6 +97,7 @@ export function registerDemo(program: Command): void {
           scrapeIntervalMs: f.scrapeIntervalMs,
           users: f.users,
           requests: f.requests,
+          rampUpS: f.rampUp,
           outputLen: f.outputLen,
           streamInterval: f.streamInterval,
           blocksPerReplica: f.blocks,
