@@ -10,6 +10,15 @@ import { DEMO_DEFAULTS, DEMO_MAX_MODEL_LEN, demoWorkloadSpec } from "../src/benc
 import { jitterSends, predict } from "../src/bench/demo-predict.ts";
 import { generateWorkload } from "../src/bench/workloads/spec.ts";
 
+/** The prediction's fleet for a small demo: `replicas` of the demo's profile, each request a 2 ms trip. */
+const smallFleet = (replicas: number) => ({
+  replicas,
+  profile: DEMO_DEFAULTS.profile,
+  maxModelLen: DEMO_MAX_MODEL_LEN,
+  scrapeIntervalS: 0.1,
+  gatewayDelayS: 0.002,
+});
+
 test("a 2 ms trip costs a warm request most of a step, not 2 ms", async () => {
   const o = { ...DEMO_DEFAULTS, replicas: 2, users: 12, requests: 48, outputLen: 64 };
   const spec = demoWorkloadSpec(o);
@@ -59,13 +68,7 @@ test("sent at one instant in a fixed order, round-robin deals users back to thei
   const o = { ...DEMO_DEFAULTS, replicas: 4, users: 12, requests: 60, outputLen: 32, rampUpS: 0 };
   const spec = demoWorkloadSpec(o);
   const workload = generateWorkload(spec);
-  const fleet = {
-    replicas: 4,
-    profile: o.profile,
-    maxModelLen: DEMO_MAX_MODEL_LEN,
-    scrapeIntervalS: 0.1,
-    gatewayDelayS: 0.002,
-  };
+  const fleet = smallFleet(4);
   const hits = async (sendJitterS: number) => {
     const runs = await predict(spec, workload, { ...fleet, sendJitterS });
     return runs.find((p) => p.router === "round-robin")!.run.prefix_cache_hit_rate ?? Number.NaN;
@@ -82,14 +85,7 @@ test("users started over the ramp end their answers far more than a step apart o
   const gaps = async (rampUpS: number) => {
     const o = { ...DEMO_DEFAULTS, replicas: 4, users: 40, requests: 120, outputLen: 200, rampUpS };
     const spec = demoWorkloadSpec(o);
-    const fleet = {
-      replicas: 4,
-      profile: o.profile,
-      maxModelLen: DEMO_MAX_MODEL_LEN,
-      scrapeIntervalS: 0.1,
-      gatewayDelayS: 0.002,
-    };
-    const runs = await predict(spec, generateWorkload(spec), fleet);
+    const runs = await predict(spec, generateWorkload(spec), smallFleet(4));
     const ends = new Map<string, number[]>();
     for (const r of runs.find((p) => p.router === "kvgate")!.records)
       if (!r.warmup) ends.set(r.endpoint ?? "", [...(ends.get(r.endpoint ?? "") ?? []), r.end]);
@@ -104,5 +100,8 @@ test("users started over the ramp end their answers far more than a step apart o
   const atOnce = await gaps(0);
   const ramped = await gaps(DEMO_DEFAULTS.rampUpS);
   assert.ok(median(atOnce) < 0.05, `started at once: median gap ${median(atOnce)} s`);
-  assert.ok(median(ramped) > 0.2 && median(ramped) > 10 * median(atOnce), `ramped: median gap ${median(ramped)} s against ${median(atOnce)} s`);
+  assert.ok(
+    median(ramped) > 0.2 && median(ramped) > 10 * median(atOnce),
+    `ramped: median gap ${median(ramped)} s against ${median(atOnce)} s`,
+  );
 });
