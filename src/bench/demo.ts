@@ -91,8 +91,8 @@ const ROUTERS = ["round-robin", "kvgate"] as const;
  * later is prefilled with its neighbour's, and from then on the two end and ask together, turn after
  * turn, in ever longer prefill steps. Started all at once, the first answers end within ~2 s, a step
  * apart on each replica: side by side, kvgate's live TTFT p90 was 0.59 / 0.62 s at nice 0 and
- * 0.21–0.25 s at nice 10 (simulated 0.21 s), and 1.0 s once with its start delayed 5 s behind
- * round-robin's. Started over 10 s, a replica's users are ~0.5 s apart: three runs at nice 10 gave
+ * 0.21–0.25 s at nice 10 (simulated 0.21 s), and 1.0 s in a trial (not kept) that started kvgate 5 s
+ * after round-robin. Started over 10 s, a replica's users are ~0.5 s apart: three runs at nice 10 gave
  * kvgate TTFT p90 0.103 s each against a simulated 0.097, every live figure within 10% of the
  * prediction.
  */
@@ -131,8 +131,8 @@ export const DEMO_HOP_WALL_MS = 2;
  * gaps between sends were under 10 simulated ms where the exact simulator had 331 (329 of them 0).
  * Sent at one instant in a fixed order, round-robin's prediction dealt users back to replicas they
  * had used (26.2% hit rate against 16–18% live) and its TTFT p90 was 0.750 s against 0.54–0.61 s
- * live; with 5–50 ms of jitter it is 0.61–0.65 s at 15–17% hits, and kvgate's is unchanged
- * (0.203–0.207 s).
+ * live, with all users starting at once; with 5–50 ms of jitter it is 0.61–0.65 s at 15–17% hits,
+ * and kvgate's is unchanged (0.203–0.207 s).
  */
 export const DEMO_SEND_JITTER_WALL_MS = 10;
 
