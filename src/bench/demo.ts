@@ -92,9 +92,8 @@ const ROUTERS = ["round-robin", "kvgate"] as const;
  * turn, in ever longer prefill steps. Started all at once, the first answers end within ~2 s, a step
  * apart on each replica: side by side, kvgate's live TTFT p90 was 0.59 / 0.62 s at nice 0 and
  * 0.21–0.25 s at nice 10 (simulated 0.21 s), and 1.0 s in a trial (not kept) that started kvgate 5 s
- * after round-robin. Started over 10 s, a replica's users are ~0.5 s apart: three runs at nice 10 gave
- * kvgate TTFT p90 0.103 s each against a simulated 0.097, every live figure within 10% of the
- * prediction.
+ * after round-robin. Started over 10 s, a replica's users are ~0.5 s apart: four runs at nice 10 gave
+ * kvgate TTFT p90 0.103–0.107 s against a simulated 0.097, throughput within 1% of the prediction.
  */
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
