@@ -286,6 +286,8 @@ async function phase(
     const cpu = cpuMeter(
       children.slice(0, o.replicas),
       router === "kvgate" ? children[o.replicas] : undefined,
+      // Side by side, this process drives both phases: runDemo reports its CPU once.
+      o.sequential,
     );
     const result = await runBench(workload, {
       targets,
@@ -316,8 +318,11 @@ async function phase(
   }
 }
 
-/** Starts counting CPU seconds (replicas, gateway, this process); the returned function reads them. */
-function cpuMeter(replicas: Child[], gateway: Child | undefined): () => CpuUse {
+/**
+ * Starts counting CPU seconds (replicas, gateway, and this process when `client`); the returned
+ * function reads them.
+ */
+function cpuMeter(replicas: Child[], gateway: Child | undefined, client: boolean): () => CpuUse {
   const sum = (cs: Child[]) => {
     let t = 0;
     for (const c of cs) {
@@ -339,7 +344,7 @@ function cpuMeter(replicas: Child[], gateway: Child | undefined): () => CpuUse {
       wallS: (performance.now() - w0) / 1000,
       replicasS: r0 === null || r1 === null ? null : r1 - r0,
       gatewayS: g0 === null || g1 === null ? null : g1 - g0,
-      clientS: (c.user + c.system) / 1e6,
+      clientS: client ? (c.user + c.system) / 1e6 : null,
     };
   };
 }
@@ -432,9 +437,7 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     const settled = await Promise.allSettled(ROUTERS.map((router) => phase(o, router, spec, workload)));
     const c = process.cpuUsage(c0);
     client = { wallS: (performance.now() - w0) / 1000, cpuS: (c.user + c.system) / 1e6 };
-    for (const s of settled)
-      if (s.status === "fulfilled")
-        phases.push({ ...s.value, cpu: s.value.cpu && { ...s.value.cpu, clientS: null } });
+    for (const s of settled) if (s.status === "fulfilled") phases.push(s.value);
     const bad = settled.findIndex((s) => s.status === "rejected");
     if (bad >= 0 && !o.signal?.aborted)
       throw failed(ROUTERS[bad], (settled[bad] as PromiseRejectedResult).reason);
