@@ -105,3 +105,37 @@ test("users started over the ramp end their answers far more than a step apart o
     `ramped: median gap ${median(ramped)} s against ${median(atOnce)} s`,
   );
 });
+
+test("each draw of the send jitter is its own dealing; the columns' run is the draw with the median output tokens/s", async () => {
+  const o = { ...DEMO_DEFAULTS, replicas: 4, users: 24, requests: 96, outputLen: 32, rampUpS: 0 };
+  const spec = demoWorkloadSpec(o);
+  const workload = generateWorkload(spec);
+  const fleet = { ...smallFleet(4), sendJitterS: 0.01 };
+  const runs = await predict(spec, workload, { ...fleet, draws: 5 });
+  const one = await predict(spec, workload, fleet);
+  for (const p of runs) {
+    assert.equal(p.draws.length, 5, p.router);
+    const rates = p.draws.map((d) => d.output_tokens_per_s ?? 0).sort((a, b) => a - b);
+    assert.equal(p.run.output_tokens_per_s, rates[2], `${p.router}: the median draw`);
+    assert.ok(p.draws.includes(p.run));
+    const single = one.find((x) => x.router === p.router)!;
+    assert.equal(single.draws.length, 1);
+    assert.deepEqual(
+      p.draws[0].prefix_cache_hit_rate,
+      single.run.prefix_cache_hit_rate,
+      "draw 0 is the one-draw prediction",
+    );
+  }
+  const rr = runs.find((p) => p.router === "round-robin")!;
+  const hits = new Set(rr.draws.map((d) => d.prefix_cache_hit_rate));
+  assert.ok(hits.size > 1, `round-robin's hit rate moves with the send order: ${[...hits].join(", ")}`);
+  const exact = await predict(spec, workload, { ...smallFleet(4), draws: 5 });
+  assert.ok(
+    exact.every((p) => p.draws.length === 1),
+    "without jitter every draw would be the same run",
+  );
+  await assert.rejects(
+    predict(spec, workload, { ...fleet, draws: 0 }),
+    /draws must be a whole number ≥ 1, got 0/,
+  );
+});

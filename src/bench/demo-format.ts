@@ -73,6 +73,8 @@ export function cpuLines(phases: DemoPhase[], cores: number, client?: ClientCpu)
 export interface Side {
   run: RunResult;
   records: RequestRecord[];
+  /** A prediction's every draw of the send jitter (demo-predict.ts); `run` is the median one. */
+  draws?: RunResult[];
 }
 
 /** Replica lag (simulated s) past which the live figures are not trusted to match the model. */
@@ -112,13 +114,28 @@ export function relDiff(live: number | null, sim: number | null): number | null 
   return live === null || sim === null || sim === 0 ? null : (live - sim) / sim;
 }
 
+/**
+ * How far `live` lies outside the range of the predicted draws `sims`, relative to the nearer end:
+ * 0 inside it, e.g. +0.031 above it. With one draw, relDiff against it.
+ */
+export function offRange(live: number | null, sims: Array<number | null>): number | null {
+  const xs = sims.filter((x): x is number => x !== null && Number.isFinite(x));
+  if (live === null || xs.length === 0) return null;
+  const lo = Math.min(...xs);
+  const hi = Math.max(...xs);
+  if (live < lo) return relDiff(live, lo);
+  if (live > hi) return relDiff(live, hi);
+  return 0;
+}
+
 const signed = (d: number | null) => (d === null ? "-" : `${d >= 0 ? "+" : ""}${(d * 100).toFixed(1)}%`);
 
 interface Row {
   name: string;
   value: (s: Side) => string;
-  /** The number compared between live and simulated, if any. */
-  compare?: (s: Side) => number | null;
+  /** The number compared between live and simulated, if any, and how to print one. */
+  compare?: (run: RunResult) => number | null;
+  show?: (x: number) => string;
 }
 
 export function demoSummary(
@@ -134,11 +151,17 @@ export function demoSummary(
     {
       name: "output tokens/s",
       value: (s) => fmt(s.run.output_tokens_per_s, 0),
-      compare: (s) => s.run.output_tokens_per_s,
+      compare: (r) => r.output_tokens_per_s,
+      show: (x) => fmt(x, 0),
     },
     { name: "req/s", value: (s) => fmt(s.run.requests_per_s, 2) },
     { name: "TTFT p50 (s)", value: (s) => fmt(s.run.ttft_p50_s, 3) },
-    { name: "TTFT p90 (s)", value: (s) => fmt(s.run.ttft_p90_s, 3), compare: (s) => s.run.ttft_p90_s },
+    {
+      name: "TTFT p90 (s)",
+      value: (s) => fmt(s.run.ttft_p90_s, 3),
+      compare: (r) => r.ttft_p90_s,
+      show: (x) => fmt(x, 3),
+    },
     { name: "TTFT p99 (s)", value: (s) => fmt(s.run.ttft_p99_s, 3) },
     { name: "TTFT p90, warm-up (s)", value: (s) => fmt(warmupTtftP90(s), 3) },
     { name: "TPOT p50 (ms)", value: (s) => fmt((s.run.tpot_p50_s ?? Number.NaN) * 1000, 1) },
@@ -146,7 +169,8 @@ export function demoSummary(
     {
       name: "prefix-cache hit rate (all)",
       value: (s) => pct(s.run.prefix_cache_hit_rate),
-      compare: (s) => s.run.prefix_cache_hit_rate,
+      compare: (r) => r.prefix_cache_hit_rate,
+      show: pct,
     },
     { name: "prompt tokens prefilled", value: (s) => mtok(uncachedPromptTokens(s.run)) },
     { name: "run length (sim s)", value: (s) => fmt(s.run.window_s, 1) },
@@ -177,15 +201,30 @@ export function demoSummary(
   lines.push(`kvgate vs round-robin, live:      ${gain(rr, kv)}`);
   if (sim) lines.push(`kvgate vs round-robin, simulated: ${gain(srr, skv)}`);
   if (sim) {
-    const diffs = rows
-      .filter((r) => r.compare)
-      .map((r) => {
-        const d = [relDiff(r.compare!(rr), r.compare!(srr)), relDiff(r.compare!(kv), r.compare!(skv))];
-        return { name: r.name, d };
-      });
+    const compared = rows.filter((r) => r.compare);
+    const draws = Math.max(srr.draws?.length ?? 1, skv.draws?.length ?? 1);
+    const sims = (s: Side, r: Row) => (s.draws ?? [s.run]).map((run) => r.compare!(run));
+    if (draws > 1) {
+      const span = (s: Side, r: Row) => {
+        const xs = sims(s, r).filter((x): x is number => x !== null);
+        if (xs.length === 0) return "-";
+        const [lo, hi] = [r.show!(Math.min(...xs)), r.show!(Math.max(...xs))];
+        return lo === hi ? lo : `${lo}–${hi}`;
+      };
+      lines.push(
+        `simulated over ${draws} draws of the order in which users' sends leave the client (the columns: the median draw by output tokens/s), ` +
+          `round-robin / kvgate: ${compared.map((r) => `${r.name} ${span(srr, r)} / ${span(skv, r)}`).join("; ")}`,
+      );
+    }
+    const diffs = compared.map((r) => ({
+      name: r.name,
+      d: [offRange(r.compare!(rr.run), sims(srr, r)), offRange(r.compare!(kv.run), sims(skv, r))],
+    }));
+    const off = (d: number | null) => (draws > 1 && d === 0 ? "in range" : signed(d));
     const worst = Math.max(...diffs.flatMap((x) => x.d.map((v) => Math.abs(v ?? 0))));
+    const what = draws > 1 ? `, how far outside the ${draws} draws' range` : "";
     lines.push(
-      `live vs simulated (round-robin / kvgate): ${diffs.map((x) => `${x.name} ${signed(x.d[0])} / ${signed(x.d[1])}`).join("; ")}` +
+      `live vs simulated (round-robin / kvgate)${what}: ${diffs.map((x) => `${x.name} ${off(x.d[0])} / ${off(x.d[1])}`).join("; ")}` +
         (worst <= 0.1 ? " (all within 10%)" : ` (WARNING: up to ${(worst * 100).toFixed(0)}% apart)`),
     );
   }
