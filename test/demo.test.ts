@@ -10,6 +10,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { Abandoned, Barrier } from "../src/bench/demo.ts";
 import { parseResultsFile } from "../src/bench/results.ts";
 import { KVGATE_BIN } from "../src/sim/launcher.ts";
 
@@ -102,8 +103,8 @@ test("the demo runs round-robin and kvgate side by side, writes both runs and ex
     assert.equal(code, 0, `demo failed: ${run.err()}`);
     const replicas = seen.filter((p) => p.cmd.includes(" sim-replica "));
     const gateway = seen.filter((p) => p.cmd.includes(" serve "));
-    // The kvgate phase's 2, and round-robin's 2 when that phase is still running beside it.
-    assert.ok(replicas.length === 2 || replicas.length === 4, JSON.stringify(seen));
+    // The kvgate phase's 2 and round-robin's 2, which wait at the start line for kvgate's.
+    assert.equal(replicas.length, 4, JSON.stringify(seen));
     assert.deepEqual(
       replicas.map((p) => p.nice),
       replicas.map(() => 7),
@@ -112,6 +113,13 @@ test("the demo runs round-robin and kvgate side by side, writes both runs and ex
       gateway.map((p) => p.nice),
       [0],
       "the gateway keeps its priority",
+    );
+    const out = run.out().split("\n");
+    const at = (re: RegExp) => out.findIndex((l) => re.test(l));
+    const both = at(/^both phases ready: their users start now, side by side$/);
+    assert.ok(
+      both > at(/^round-robin: 2 replicas ready/) && both > at(/^kvgate: 2 replicas ready/),
+      run.out(),
     );
     assert.match(run.out(), /CPU while round-robin ran .*replicas \d+\.\d\d, no gateway; /);
     assert.match(run.out(), /CPU while kvgate ran .*gateway \d+\.\d\d; /);
@@ -175,4 +183,29 @@ test("Ctrl-C in the kvgate phase stops the demo, its replicas and the gateway; i
   assert.ok(sent, `demo never got going: ${run.err()}`);
   assert.equal(code, 0, run.err());
   assert.deepEqual(await noneLeft(run.marker), []);
+});
+
+test("Barrier: opens when every party has arrived; abandoned, it rejects every wait with Abandoned", async () => {
+  const state = (p: Promise<void>) =>
+    Promise.race([
+      p.then(
+        () => "open",
+        (e: Error) => e.name,
+      ),
+      new Promise((r) => setImmediate(() => r("waiting"))),
+    ]);
+  const b = new Barrier(2);
+  const first = b.arrive();
+  assert.equal(await state(first), "waiting", "one of two has arrived");
+  const second = b.arrive();
+  assert.equal(await state(first), "open");
+  assert.equal(await state(second), "open");
+  const c = new Barrier(2);
+  const waiting = c.arrive();
+  c.abandon("the kvgate phase did not start");
+  await assert.rejects(
+    waiting,
+    (e: Error) => e instanceof Abandoned && /kvgate phase did not start/.test(e.message),
+  );
+  await assert.rejects(c.arrive(), Abandoned, "a later arrival is turned away too");
 });

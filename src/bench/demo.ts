@@ -151,6 +151,49 @@ export class DemoError extends Error {
   override name = "DemoError";
 }
 
+/** Why a phase stopped waiting at a Barrier: the other phase failed before it got there. */
+export class Abandoned extends Error {
+  override name = "Abandoned";
+}
+
+/**
+ * Where side-by-side phases wait for each other: `arrive` resolves once every party has arrived;
+ * `abandon` rejects every wait (Abandoned), for a phase that failed before arriving.
+ */
+export class Barrier {
+  private arrived = 0;
+  private open = (): void => undefined;
+  private fail = (_: Error): void => undefined;
+  readonly opened = new Promise<void>((resolve, reject) => {
+    this.open = resolve;
+    this.fail = reject;
+  });
+  constructor(private readonly parties: number) {
+    this.opened.catch(() => undefined);
+  }
+  arrive(): Promise<void> {
+    if (++this.arrived >= this.parties) this.open();
+    return this.opened;
+  }
+  abandon(why: string): void {
+    this.fail(new Abandoned(why));
+  }
+}
+
+/**
+ * Side by side, the phases start sending together and end together. Started as soon as they were
+ * ready, the round-robin phase (no gateway to start) ran its first 3–4 s beside kvgate's booting
+ * replicas and gateway, and its replicas fell 0.3–1.2 simulated s behind their timeline there (the
+ * lag warning fired in every run on this 2-core VM); and kvgate's phase, ending ~17 s sooner, stopped
+ * its nine processes and aggregated its records while round-robin still ran, which set every
+ * round-robin replica 0.12–0.16 s behind at that moment. A phase that finishes first keeps its
+ * processes idle until the other is done.
+ */
+export interface PhaseLines {
+  start: Barrier;
+  finish: Barrier;
+}
+
 /** The tutorial preset, scaled only where the options differ from it. */
 export function demoWorkloadSpec(o: Omit<DemoOptions, "log">): WorkloadSpec {
   return resolveWorkloadSpec({
@@ -258,12 +301,15 @@ async function phase(
   router: "round-robin" | "kvgate",
   spec: WorkloadSpec,
   workload: Workload,
+  lines?: PhaseLines,
 ): Promise<DemoPhase> {
   const children: Child[] = [];
   const stop = () => stopAll(children);
   o.signal?.addEventListener("abort", () => void stop(), { once: true });
   const timeoutMs = o.startTimeoutMs ?? adaptiveStartTimeoutMs();
   const w0 = performance.now();
+  // The last line this phase reached (side by side).
+  let at: keyof PhaseLines | null = null;
   try {
     children.push(...(await startReplicas(o, router, timeoutMs)));
     const urls = children.map((c) => c.url);
@@ -291,6 +337,10 @@ async function phase(
       `${router}: ${o.replicas} replicas ready after ${((performance.now() - w0) / 1000).toFixed(1)} s; ` +
         `${workload.requests.length} requests from ${o.users} closed-loop users`,
     );
+    if (lines) {
+      at = "start";
+      await lines.start.arrive();
+    }
     const cpu = cpuMeter(
       children.slice(0, o.replicas),
       router === "kvgate" ? children[o.replicas] : undefined,
@@ -306,21 +356,24 @@ async function phase(
       onProgress: (p) => o.log(`  ${router}: ${formatProgress(p, " sim s")}`),
       signal: o.signal,
     });
+    const cpuUse = cpu();
+    const replicaLagMaxS = await lagOf(urls);
+    const wallSeconds = (performance.now() - w0) / 1000;
+    if (lines) {
+      at = "finish";
+      // This phase is done either way: if the other failed, its results are kept as they were.
+      await lines.finish.arrive().catch(() => undefined);
+    }
     const run = buildRun(spec, workload, result, {
       router,
       timeScale: o.timeScale,
       target: { mode: router === "kvgate" ? "single" : "round-robin", urls: targets },
     });
-    const cpuUse = cpu();
-    const replicaLagMaxS = await lagOf(urls);
-    return {
-      router,
-      run,
-      records: result.records,
-      replicaLagMaxS,
-      wallSeconds: (performance.now() - w0) / 1000,
-      cpu: cpuUse,
-    };
+    return { router, run, records: result.records, replicaLagMaxS, wallSeconds, cpu: cpuUse };
+  } catch (err) {
+    if (at === null) lines?.start.abandon(`the ${router} phase did not start`);
+    if (at !== "finish") lines?.finish.abandon(`the ${router} phase did not finish`);
+    throw err;
   } finally {
     await stop();
   }
@@ -443,11 +496,23 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
     // Side by side: each phase has its own replicas (and kvgate its gateway); this process drives both.
     const c0 = process.cpuUsage();
     const w0 = performance.now();
-    const settled = await Promise.allSettled(ROUTERS.map((router) => phase(o, router, spec, workload)));
+    const lines: PhaseLines = { start: new Barrier(ROUTERS.length), finish: new Barrier(ROUTERS.length) };
+    lines.start.opened.then(
+      () => o.log("both phases ready: their users start now, side by side"),
+      () => undefined,
+    );
+    const settled = await Promise.allSettled(
+      ROUTERS.map((router) => phase(o, router, spec, workload, lines)),
+    );
     const c = process.cpuUsage(c0);
     client = { wallS: (performance.now() - w0) / 1000, cpuS: (c.user + c.system) / 1e6 };
     for (const s of settled) if (s.status === "fulfilled") phases.push(s.value);
-    const bad = settled.findIndex((s) => s.status === "rejected");
+    // The phase that failed, not the one that then stopped waiting for it at a line.
+    const rejected = (s: PromiseSettledResult<DemoPhase>) => s.status === "rejected";
+    const own = settled.findIndex(
+      (s) => rejected(s) && !((s as PromiseRejectedResult).reason instanceof Abandoned),
+    );
+    const bad = own >= 0 ? own : settled.findIndex(rejected);
     if (bad >= 0 && !o.signal?.aborted)
       throw failed(ROUTERS[bad], (settled[bad] as PromiseRejectedResult).reason);
     if (phases.length) file = writeOutputs(o, phases, predictions);
