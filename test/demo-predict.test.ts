@@ -20,7 +20,7 @@ const smallFleet = (replicas: number) => ({
 });
 
 test("a 2 ms trip costs a warm request most of a step, not 2 ms", async () => {
-  const o = { ...DEMO_DEFAULTS, replicas: 2, users: 12, requests: 48, outputLen: 64 };
+  const o = { ...DEMO_DEFAULTS, replicas: 2, users: 12, requests: 48, outputLen: 64, rampUpS: 0 };
   const spec = demoWorkloadSpec(o);
   const workload = generateWorkload(spec);
   const fleet = { replicas: 2, profile: o.profile, maxModelLen: DEMO_MAX_MODEL_LEN, scrapeIntervalS: 0.1 };
@@ -138,4 +138,27 @@ test("each draw of the send jitter is its own dealing; the columns' run is the d
     predict(spec, workload, { ...fleet, draws: 0 }),
     /draws must be a whole number ≥ 1, got 0/,
   );
+});
+
+test("at the default ramp a replica's users send their cold first questions more than two cold prefills apart", async () => {
+  // A warm-up prefill that runs late by a replica's lag queues the next user's behind it when the
+  // two come less than a prefill apart, and the two then ask together from then on.
+  const o = { ...DEMO_DEFAULTS, requests: 2 * DEMO_DEFAULTS.users, outputLen: 16 };
+  const spec = demoWorkloadSpec(o);
+  const runs = await predict(spec, generateWorkload(spec), smallFleet(DEMO_DEFAULTS.replicas));
+  const firsts = runs.find((p) => p.router === "kvgate")!.records.filter((r) => r.warmup);
+  assert.equal(firsts.length, DEMO_DEFAULTS.users);
+  const ttft = firsts.map((r) => r.chunkTimes[0] - r.start).sort((a, b) => a - b);
+  const prefill = ttft[Math.floor(ttft.length / 2)];
+  const starts = new Map<string, number[]>();
+  for (const r of firsts) starts.set(r.endpoint ?? "", [...(starts.get(r.endpoint ?? "") ?? []), r.start]);
+  const gaps: number[] = [];
+  for (const list of starts.values()) {
+    list.sort((a, b) => a - b);
+    for (let i = 1; i < list.length; i++) gaps.push(list[i] - list[i - 1]);
+  }
+  gaps.sort((a, b) => a - b);
+  const median = gaps[Math.floor(gaps.length / 2)];
+  assert.ok(prefill > 0.2, `a cold 7,000-token prefill takes ${prefill} s`);
+  assert.ok(median > 2 * prefill, `median gap ${median} s against a cold prefill of ${prefill} s`);
 });

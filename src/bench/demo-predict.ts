@@ -43,7 +43,8 @@ export interface PredictFleet {
    * How many draws of that jitter to simulate per router (default 1; 1 when there is no jitter, as
    * every draw would be the same run). Which replica round-robin deals each send to, and so whether a
    * user's question finds its earlier turns there, is luck of the send order: over 16 draws of the
-   * demo's 10 ms its hit rate ran 17.4–22.7%, and one draw is one outcome of that.
+   * demo's 10 ms (users started over 10 s) its hit rate ran 17.4–22.7%, and one draw is one outcome
+   * of that.
    */
   draws?: number;
 }

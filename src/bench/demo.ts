@@ -84,16 +84,21 @@ export interface DemoOptions {
 const ROUTERS = ["round-robin", "kvgate"] as const;
 
 /*
- * The defaults run both phases at once in real time, the users starting evenly over 10 s and the
- * replicas at nice 10: about 150 s on a 2-core VM (one phase after the other took 221 s at 1.25x).
+ * The defaults run both phases at once in real time, the users starting evenly over 20 s and the
+ * replicas at nice 10: about 170 s on a 2-core VM (one phase after the other took 221 s at 1.25x).
  * Every answer is 1,000 tokens and nobody pauses, so users whose answers end a step apart on one
  * replica stay apart only if each next question reaches it within that step (~22 ms); one that comes
  * later is prefilled with its neighbour's, and from then on the two end and ask together, turn after
  * turn, in ever longer prefill steps. Started all at once, the first answers end within ~2 s, a step
  * apart on each replica: side by side, kvgate's live TTFT p90 was 0.59 / 0.62 s at nice 0 and
  * 0.21–0.25 s at nice 10 (simulated 0.21 s), and 1.0 s in a trial (not kept) that started kvgate 5 s
- * after round-robin. Started over 10 s, a replica's users are ~0.5 s apart: four runs at nice 10 gave
- * kvgate TTFT p90 0.103–0.107 s against a simulated 0.097, throughput within 1% of the prediction.
+ * after round-robin. The ramp spaces a replica's users by 20 s ÷ 19: ~1 s, where a user's cold first
+ * prompt takes ~0.39 s to prefill. Over 10 s (~0.5 s apart, a margin of ~0.1 s) a warm-up prefill
+ * late by a replica's lag queued the next user's behind it and set the two closer for good: kvgate's
+ * live TTFT p90 was +5.5 to +16% against the prediction on a quiet 2-core VM, and +180% (0.273 s,
+ * users merged) with one core taken by another process; over 20 s, +3.7 / +3.8% quiet and +12%
+ * with the core taken. Output tokens/s are ~10% lower over 20 s for both routers (the window's ends
+ * hold fewer users); their ratio is the same.
  */
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
@@ -102,7 +107,7 @@ export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   scrapeIntervalMs: 100,
   users: 150,
   requests: 750,
-  rampUpS: 10,
+  rampUpS: 20,
   outputLen: 1000,
   streamInterval: 10,
   profile: "qwen3-32b-tp2-h100",
@@ -137,9 +142,10 @@ export const DEMO_SEND_JITTER_WALL_MS = 10;
 
 /**
  * Draws of that jitter the prediction simulates per router (~0.6 s each here). A draw is one order
- * in which the sends leave the client, and round-robin's hit rate moves with it: 17.4–22.7% over 16
- * draws, and 17.4–20.8% over five live runs (one of which printed a warning against a single draw's
- * 17.4%). The summary compares each live figure with the draws' range.
+ * in which the sends leave the client, and round-robin's hit rate moves with it: with the users
+ * started over 10 s, 17.4–22.7% over 16 draws and 17.4–20.8% over five live runs (one of which
+ * printed a warning against a single draw's 17.4%); over 20 s, 6.5–9.6% over the 8 draws and
+ * 6.4–9.0% live. The summary compares each live figure with the draws' range.
  */
 export const DEMO_PREDICT_DRAWS = 8;
 
