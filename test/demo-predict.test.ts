@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DEMO_DEFAULTS, DEMO_MAX_MODEL_LEN, demoWorkloadSpec } from "../src/bench/demo.ts";
-import { jitterSends, predict } from "../src/bench/demo-predict.ts";
+import { jitterSends, predict, predictInWorkers } from "../src/bench/demo-predict.ts";
 import { generateWorkload } from "../src/bench/workloads/spec.ts";
 
 /** The prediction's fleet for a small demo: `replicas` of the demo's profile, each request a 2 ms trip. */
@@ -161,4 +161,25 @@ test("at the default ramp a replica's users send their cold first questions more
   const median = gaps[Math.floor(gaps.length / 2)];
   assert.ok(prefill > 0.2, `a cold 7,000-token prefill takes ${prefill} s`);
   assert.ok(median > 2 * prefill, `median gap ${median} s against a cold prefill of ${prefill} s`);
+});
+
+test("predictInWorkers: each router in its own worker thread, the workload rebuilt from its spec, the same prediction as in this thread", async () => {
+  const o = { ...DEMO_DEFAULTS, replicas: 2, users: 8, requests: 32, outputLen: 24 };
+  const spec = demoWorkloadSpec(o);
+  const fleet = { ...smallFleet(2), sendJitterS: 0.01, draws: 3 };
+  const here = await predict(spec, generateWorkload(spec), fleet);
+  const there = await predictInWorkers(spec, fleet);
+  assert.deepEqual(
+    there.map((p) => p.router),
+    ["round-robin", "kvgate"],
+  );
+  for (const [i, p] of there.entries()) {
+    assert.deepEqual(p.draws, here[i].draws, p.router);
+    assert.deepEqual(p.run, here[i].run, p.router);
+    assert.equal(p.records.length, here[i].records.length);
+  }
+  await assert.rejects(
+    predictInWorkers(spec, { ...fleet, profile: "no-such-profile" }),
+    /the (round-robin|kvgate) prediction failed: .*no-such-profile/,
+  );
 });

@@ -23,7 +23,7 @@ import {
   stopAll,
 } from "../sim/launcher.ts";
 import { type ClientCpu, type CpuUse, type DemoPhase, demoSummary } from "./demo-format.ts";
-import { type Prediction, predict } from "./demo-predict.ts";
+import { type Prediction, predictInWorkers } from "./demo-predict.ts";
 import { runBench } from "./driver.ts";
 import { formatProgress } from "./format.ts";
 import { renderReport } from "./report/report.ts";
@@ -193,9 +193,9 @@ export class Barrier {
  * lag warning fired in six runs of six one day on this 2-core VM). And kvgate's phase, ~17 s
  * shorter, stopped its nine processes and aggregated its records while round-robin still ran: in
  * one run 18 deliveries came over 50 ms late then, none once a phase that finishes first keeps its
- * processes idle until the other is done. What is left is one stall ~95 s in, every replica of both
- * phases 0.12–0.16 s late at once: a 98 ms major collection of the demo's own heap (~160 MB of the
- * prediction's garbage; --trace-gc), whose parallel marking takes both cores.
+ * processes idle until the other is done. One stall ~95 s in, every replica of both phases
+ * 0.12–0.16 s late at once, was a major collection of the prediction's garbage in this process: the
+ * prediction runs in worker threads for that (demo-predict.ts, predictInWorkers).
  */
 export interface PhaseLines {
   start: Barrier;
@@ -462,7 +462,8 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
   );
   let predictions: Prediction[] = [];
   if (o.predict) {
-    predictions = await predict(spec, workload, {
+    const p0 = performance.now();
+    predictions = await predictInWorkers(spec, {
       replicas: o.replicas,
       profile: o.profile,
       numGpuBlocks: o.blocksPerReplica,
@@ -473,9 +474,8 @@ export async function runDemo(o: DemoOptions): Promise<{ phases: DemoPhase[]; fi
       draws: DEMO_PREDICT_DRAWS,
     });
     o.log(
-      `kvgate simulate (in-process, same fleet, workload and seed; ${predictions[0]?.draws.length ?? 0} draws of the send order per router): done in ${predictions
-        .reduce((a, p) => a + p.wallSeconds, 0)
-        .toFixed(1)} s`,
+      `kvgate simulate (in-process, same fleet, workload and seed; ${predictions[0]?.draws.length ?? 0} draws ` +
+        `of the send order per router, one worker thread each): done in ${((performance.now() - p0) / 1000).toFixed(1)} s`,
     );
   }
   const phases: DemoPhase[] = [];
