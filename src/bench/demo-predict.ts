@@ -59,8 +59,6 @@ export interface Prediction {
   records: RequestRecord[];
   /** Every draw's run, in draw order (draw 0 first). */
   draws: RunResult[];
-  /** All draws together. */
-  wallSeconds: number;
 }
 
 /**
@@ -125,7 +123,6 @@ export async function predict(
   const out: Prediction[] = [];
   for (const r of sc.routers) {
     if (only && !only.includes(r.name as PredictRouter)) continue;
-    const t0 = performance.now();
     const runs: Array<{ run: RunResult; records: RequestRecord[] }> = [];
     for (const w of sent) {
       const created = await createScheduler(r.configText, { seed: sc.seed });
@@ -142,11 +139,10 @@ export async function predict(
     const byRate = [...runs].sort((a, b) => rate(a) - rate(b));
     const median = byRate[Math.floor((byRate.length - 1) / 2)];
     out.push({
-      router: r.name as Prediction["router"],
+      router: r.name as PredictRouter,
       run: median.run,
       records: median.records,
       draws: runs.map((x) => x.run),
-      wallSeconds: (performance.now() - t0) / 1000,
     });
   }
   return out;

@@ -97,8 +97,8 @@ const ROUTERS = ["round-robin", "kvgate"] as const;
  * late by a replica's lag queued the next user's behind it and set the two closer for good: kvgate's
  * live TTFT p90 was +5.5 to +16% against the prediction on a quiet 2-core VM, and +180% (0.273 s,
  * users merged) with one core taken by another process; over 20 s, +3.2 to +5.3% in six quiet runs
- * and +12% with the core taken. Output tokens/s are ~10% lower over 20 s for both routers (the window's ends
- * hold fewer users); their ratio is the same.
+ * and +12% with the core taken. Output tokens/s are ~10% lower over 20 s for both routers (the
+ * window's ends hold fewer users); their ratio is the same.
  */
 export const DEMO_DEFAULTS: Omit<DemoOptions, "log"> = {
   replicas: 8,
