@@ -103,3 +103,101 @@ plugins:
     assert.ok(a > 0.99 && a < 1, `a ${a}`);
   });
 });
+
+describe("prefill-wait-scorer's shortLanes: under a backlog the least-queued replica is kept for short prompts", () => {
+  /** `n` pseudo-tokens (4 bytes each) of a prompt nobody has seen. */
+  const prompt = (tag: string, n: number) => `${tag} ${"wxyz".repeat(n)}`.slice(0, 4 * n);
+  const pool = ["a:1", "b:1", "c:1", "d:1"];
+  type Sched = Created["scheduler"];
+
+  /**
+   * 32 prompts scored, none picked (no queue moves): 24 of `short` tokens and 8 of 4,000. Then each
+   * replica is sent 10 prompts of 4,000 tokens (each scored too, on its one replica), so the short
+   * ones are the bottom quartile of what the scorer has seen (at 1,500 tokens, 18% of its tokens:
+   * round(4 × 0.18) = one lane). Of those 40,000 tokens in flight on
+   * each replica only the last `queued[i]` are not prefilled yet (the rest have their first token),
+   * so the decode and KV loads are the same everywhere and only the prefill queue differs.
+   */
+  function backlog(s: Sched, queued: number[], short = 1500) {
+    for (let i = 0; i < 32; i++)
+      s.schedule(
+        completion(`w${i}`, prompt(`w${i}`, i % 4 === 0 ? 4000 : short)),
+        pool.map((id) => endpoint(id)),
+        0,
+      );
+    pool.forEach((id, e) => {
+      for (let j = 0; j < 10; j++) {
+        const req = place(s, `${id}-${j}`, prompt(`${id}-${j}`, 4000), id, 0);
+        if ((10 - j) * 4000 > queued[e]) s.onResponseStarted(req, id, 0);
+      }
+    });
+  }
+  const pick = (s: Sched, tokens: number, seed: number) =>
+    s.schedule(
+      completion(`q${seed}-${tokens}`, prompt(`q${seed}-${tokens}`, tokens)),
+      pool.map((id) => endpoint(id)),
+      0.01,
+    ).target?.id;
+
+  it("sends a long prompt past the least-queued replica and a short one to it, in the default config", async () => {
+    const cfg = readFileSync("config/examples/default.yaml", "utf8");
+    assert.match(cfg, /^ +shortLanes:/m);
+    for (let seed = 1; seed <= 3; seed++) {
+      // a:1 has 12,000 tokens queued (0.75 s at 15,928 tok/s), the others 40,000 (2.5 s).
+      const { scheduler } = await createScheduler(cfg, { hasher: h, seed });
+      backlog(scheduler, [12000, 40000, 40000, 40000]);
+      assert.notEqual(pick(scheduler, 4000, seed), "a:1", `seed ${seed}: a long prompt`);
+      assert.equal(pick(scheduler, 1500, seed), "a:1", `seed ${seed}: a short prompt`);
+      // Without the lanes the long prompt goes to a:1 too.
+      const offCfg = cfg.replace(/\n {4}shortLanes:\n(?: {6}.*\n)+/, "\n");
+      assert.doesNotMatch(offCfg, /^ +shortLanes:/m);
+      const off = await createScheduler(offCfg, { hasher: h, seed });
+      backlog(off.scheduler, [12000, 40000, 40000, 40000]);
+      assert.equal(pick(off.scheduler, 4000, seed), "a:1", `seed ${seed}: lanes off`);
+    }
+  });
+
+  it("gives the lane long prompts when its own queue is short, or when there is no backlog", async () => {
+    const cfg = readFileSync("config/examples/default.yaml", "utf8");
+    // a:1 under laneSeconds (4,000 tokens: 0.25 s): it would idle without them.
+    const short = await createScheduler(cfg, { hasher: h, seed: 1 });
+    backlog(short.scheduler, [4000, 40000, 40000, 40000]);
+    assert.equal(pick(short.scheduler, 4000, 1), "a:1");
+    // The median replica has 12,000 tokens (0.75 s) ahead: under gateSeconds, no lanes.
+    const light = await createScheduler(cfg, { hasher: h, seed: 1 });
+    backlog(light.scheduler, [8000, 12000, 12000, 40000]);
+    assert.equal(pick(light.scheduler, 4000, 1), "a:1");
+  });
+
+  it("keeps no lane when the short prompts would fill under half a replica", async () => {
+    // 100-token short prompts are 1.5% of the tokens: round(4 × 0.015) = 0 lanes.
+    const { scheduler } = await createScheduler(readFileSync("config/examples/default.yaml", "utf8"), {
+      hasher: h,
+      seed: 1,
+    });
+    backlog(scheduler, [12000, 40000, 40000, 40000], 100);
+    assert.equal(pick(scheduler, 4000, 1), "a:1");
+  });
+
+  it("keeps no lane before it has seen 32 prompts, nor for a prompt in the bottom quantile", async () => {
+    const { scheduler } = await createScheduler(
+      `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-wait-scorer
+  parameters: { learnPrefillThroughput: false, shortLanes: { quantile: 0.5 } }
+`,
+      { hasher: h, seed: 1 },
+    );
+    // a:1 queues 12,000 tokens (0.75 s), the others 36,000 (2.3 s): 10 prompts seen.
+    pool.forEach((id, e) => {
+      for (let j = 0; j < (e === 0 ? 1 : 3); j++)
+        place(scheduler, `${id}-${j}`, prompt(`${id}-${j}`, 12000), id, 0);
+    });
+    assert.equal(pick(scheduler, 4000, 1), "a:1");
+    for (let i = 0; i < 32; i++) pick(scheduler, i < 24 ? 1500 : 4000, 100 + i);
+    // Now the bottom half of the prompts seen is the 1,500-token ones, 19% of the tokens: one lane.
+    assert.notEqual(pick(scheduler, 4000, 2), "a:1");
+    assert.equal(pick(scheduler, 1500, 3), "a:1");
+  });
+});

@@ -13,6 +13,16 @@
  * 40 tokens queued is not 2× worse off than on an idle one). A request queued behind another
  * request's whole prompt waits that prompt's prefill time, while one more decoding request costs
  * every step a fraction of a millisecond: this is the signal that predicts TTFT.
+ *
+ * `shortLanes` (kvgate-only, off unless set): under a backlog the least-queued endpoints are kept
+ * for short prompts. When the median endpoint has more than `gateSeconds` of prefill queued ahead,
+ * a prompt longer than the `quantile` of the last `window` prompts (uncached tokens) scores 0 on
+ * the k least-queued endpoints, k = ⌈endpoints × the short prompts' share of those tokens⌉, unless
+ * such an endpoint's queue is under `laneSeconds` (so a lane never idles). Every endpoint is FCFS:
+ * balancing alone makes everyone who arrives in a backlog wait it out, while a short prompt on a
+ * lane is done in a fraction of the wait. Size-based assignment (SITA; Harchol-Balter, Crovella and
+ * Murta, 1999) shortens the wait of the many short requests for a little more on the few long
+ * ones; the lanes' queues run shorter than the rest, so a backlog drains slightly less evenly.
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -29,6 +39,18 @@ export const prefillWaitParams = z.strictObject({
   /** Use each endpoint's learned prefill rate (the in-flight producer's); false = the fixed rate. */
   learnPrefillThroughput: z.boolean().default(true),
   inFlightLoadProducerName: z.string().min(1).optional(),
+  shortLanes: z
+    .strictObject({
+      /** Prompts above this quantile of the recent ones are long. */
+      quantile: z.number().gt(0).lt(1).default(0.25),
+      /** The backlog (median endpoint's prefill queued ahead, seconds) that opens the lanes. */
+      gateSeconds: z.number().nonnegative().default(1),
+      /** A lane whose own queue is under this takes long prompts too (seconds). */
+      laneSeconds: z.number().nonnegative().default(0.5),
+      /** Recent prompts the quantile is read from. */
+      window: z.number().int().min(32).default(256),
+    })
+    .optional(),
 });
 export type PrefillWaitParams = z.output<typeof prefillWaitParams>;
 
@@ -37,6 +59,7 @@ export class PrefillWaitScorer implements Scorer {
   readonly category = "distribution" as const;
   readonly #key: DataKey<InFlightInfo>;
   readonly #out = new ScoreBuffer();
+  readonly #lanes: ShortLanes | undefined;
 
   constructor(
     name: string,
@@ -44,6 +67,7 @@ export class PrefillWaitScorer implements Scorer {
   ) {
     this.typedName = { type: "prefill-wait-scorer", name };
     this.#key = inflightKey(params.inFlightLoadProducerName as string);
+    this.#lanes = params.shortLanes && new ShortLanes(params.shortLanes.window, params.shortLanes.quantile);
   }
 
   consumes() {
@@ -69,8 +93,70 @@ export class PrefillWaitScorer implements Scorer {
       if (wait < min) min = wait;
     }
     const floor = p.floorSeconds;
+    const lanes = this.#lanes;
+    if (lanes !== undefined && p.shortLanes !== undefined) {
+      let own = Number.POSITIVE_INFINITY;
+      for (let i = 0; i < n; i++) own = Math.min(own, same ?? info.uncachedRequestTokens(endpoints[i].id));
+      const k = lanes.add(own, n);
+      if (k > 0 && n - k >= 2) {
+        // The prefill queued ahead of this request on each endpoint.
+        const ahead = new Float64Array(n);
+        for (let i = 0; i < n; i++)
+          ahead[i] = Math.max(0, out[i] - own / (learned?.(endpoints[i].id) ?? p.peakPrefillThroughput));
+        const order = [...ahead.keys()].sort((a, b) => ahead[a] - ahead[b] || a - b);
+        if (ahead[order[n >> 1]] > p.shortLanes.gateSeconds) {
+          let open = Number.POSITIVE_INFINITY;
+          for (let r = 0; r < n; r++) {
+            const i = order[r];
+            if (r < k && ahead[i] >= p.shortLanes.laneSeconds) out[i] = Number.POSITIVE_INFINITY;
+            else if (out[i] < open) open = out[i];
+          }
+          for (let i = 0; i < n; i++) out[i] = (floor + open) / (floor + out[i]);
+          return out;
+        }
+      }
+    }
     for (let i = 0; i < n; i++) out[i] = (floor + min) / (floor + out[i]);
     return out;
+  }
+}
+
+/**
+ * The recent prompts' sizes, for shortLanes: add() records one and says how many lanes to keep from
+ * it (0 when it is short, or too few prompts are known). The cut and the short prompts' share are
+ * re-read every 32 prompts, so a decision does not sort the window.
+ */
+class ShortLanes {
+  readonly #sizes: number[] = [];
+  #next = 0;
+  #cut = Number.POSITIVE_INFINITY;
+  #share = 0;
+  #since = 0;
+
+  constructor(
+    readonly window: number,
+    readonly quantile: number,
+  ) {}
+
+  add(size: number, endpoints: number): number {
+    if (this.#sizes.length < this.window) this.#sizes.push(size);
+    else {
+      this.#sizes[this.#next] = size;
+      this.#next = (this.#next + 1) % this.window;
+    }
+    if (++this.#since >= 32) {
+      this.#since = 0;
+      const sorted = [...this.#sizes].sort((a, b) => a - b);
+      this.#cut = sorted[Math.floor(this.quantile * (sorted.length - 1))];
+      let short = 0;
+      let all = 0;
+      for (const x of sorted) {
+        all += x;
+        if (x <= this.#cut) short += x;
+      }
+      this.#share = all > 0 ? short / all : 0;
+    }
+    return size > this.#cut ? Math.round(endpoints * this.#share) : 0;
   }
 }
 
