@@ -17,8 +17,10 @@
  * `shortLanes` (kvgate-only, off unless set): under a backlog the least-queued endpoints are kept
  * for short prompts. When the median endpoint has more than `gateSeconds` of prefill queued ahead,
  * a prompt longer than the `quantile` of the last `window` prompts (uncached tokens) scores 0 on
- * the k least-queued endpoints, k = ⌈endpoints × the short prompts' share of those tokens⌉, unless
- * such an endpoint's queue is under `laneSeconds` (so a lane never idles). Every endpoint is FCFS:
+ * the k least-queued endpoints, k = endpoints × the short prompts' share of those tokens, rounded
+ * (none when they would fill under half an endpoint: a whole lane for them starves the rest), unless
+ * such an endpoint's queue is under `laneSeconds` (so a lane never idles). Each gateway reads its
+ * own recent prompts. Every endpoint is FCFS:
  * balancing alone makes everyone who arrives in a backlog wait it out, while a short prompt on a
  * lane is done in a fraction of the wait. Size-based assignment (SITA; Harchol-Balter, Crovella and
  * Murta, 1999) shortens the wait of the many short requests for a little more on the few long
