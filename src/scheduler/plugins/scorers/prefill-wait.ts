@@ -62,6 +62,7 @@ export class PrefillWaitScorer implements Scorer {
   readonly #key: DataKey<InFlightInfo>;
   readonly #out = new ScoreBuffer();
   readonly #lanes: ShortLanes | undefined;
+  readonly #ahead = new ScoreBuffer();
 
   constructor(
     name: string,
@@ -69,7 +70,7 @@ export class PrefillWaitScorer implements Scorer {
   ) {
     this.typedName = { type: "prefill-wait-scorer", name };
     this.#key = inflightKey(params.inFlightLoadProducerName as string);
-    this.#lanes = params.shortLanes && new ShortLanes(params.shortLanes.window, params.shortLanes.quantile);
+    this.#lanes = params.shortLanes && new ShortLanes(params.shortLanes);
   }
 
   consumes() {
@@ -85,6 +86,7 @@ export class PrefillWaitScorer implements Scorer {
     const same = info.uncachedForAll?.() ?? null;
     const learned = p.learnPrefillThroughput ? info.prefillRate?.bind(info) : undefined;
     let min = Number.POSITIVE_INFINITY;
+    let minOwn = Number.POSITIVE_INFINITY;
     for (let i = 0; i < n; i++) {
       const id = endpoints[i].id;
       const queued = at !== null ? at.tokens[i] : info.tokens(id);
@@ -93,28 +95,30 @@ export class PrefillWaitScorer implements Scorer {
       const wait = Math.max(0, queued + own) / rate;
       out[i] = wait;
       if (wait < min) min = wait;
+      if (own < minOwn) minOwn = own;
     }
     const floor = p.floorSeconds;
     const lanes = this.#lanes;
-    if (lanes !== undefined && p.shortLanes !== undefined) {
-      let own = Number.POSITIVE_INFINITY;
-      for (let i = 0; i < n; i++) own = Math.min(own, same ?? info.uncachedRequestTokens(endpoints[i].id));
-      const k = lanes.add(own, n);
+    if (lanes !== undefined) {
+      const k = lanes.add(minOwn, n);
       if (k > 0 && n - k >= 2) {
-        // The prefill queued ahead of this request on each endpoint.
-        const ahead = new Float64Array(n);
-        for (let i = 0; i < n; i++)
-          ahead[i] = Math.max(0, out[i] - own / (learned?.(endpoints[i].id) ?? p.peakPrefillThroughput));
-        const order = [...ahead.keys()].sort((a, b) => ahead[a] - ahead[b] || a - b);
-        if (ahead[order[n >> 1]] > p.shortLanes.gateSeconds) {
+        // The prefill queued ahead of this request on each endpoint. Lanes open when the median one
+        // (the ⌊n/2⌋-th smallest) has over gateSeconds: counted first, so a calm fleet sorts nothing.
+        const ahead = this.#ahead.get(n);
+        let over = 0;
+        for (let i = 0; i < n; i++) {
+          ahead[i] = Math.max(0, out[i] - minOwn / (learned?.(endpoints[i].id) ?? p.peakPrefillThroughput));
+          if (ahead[i] > lanes.gateSeconds) over++;
+        }
+        if (over >= n - (n >> 1)) {
+          const order = [...ahead.keys()].sort((a, b) => ahead[a] - ahead[b] || a - b);
           let open = Number.POSITIVE_INFINITY;
           for (let r = 0; r < n; r++) {
             const i = order[r];
-            if (r < k && ahead[i] >= p.shortLanes.laneSeconds) out[i] = Number.POSITIVE_INFINITY;
+            if (r < k && ahead[i] >= lanes.laneSeconds) out[i] = Number.POSITIVE_INFINITY;
             else if (out[i] < open) open = out[i];
           }
-          for (let i = 0; i < n; i++) out[i] = (floor + open) / (floor + out[i]);
-          return out;
+          min = open;
         }
       }
     }
@@ -135,10 +139,17 @@ class ShortLanes {
   #share = 0;
   #since = 0;
 
-  constructor(
-    readonly window: number,
-    readonly quantile: number,
-  ) {}
+  readonly window: number;
+  readonly quantile: number;
+  readonly gateSeconds: number;
+  readonly laneSeconds: number;
+
+  constructor(o: NonNullable<PrefillWaitParams["shortLanes"]>) {
+    this.window = o.window;
+    this.quantile = o.quantile;
+    this.gateSeconds = o.gateSeconds;
+    this.laneSeconds = o.laneSeconds;
+  }
 
   add(size: number, endpoints: number): number {
     if (this.#sizes.length < this.window) this.#sizes.push(size);
