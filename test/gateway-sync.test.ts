@@ -1,14 +1,15 @@
 /**
  * The routing-state merge between gateway replicas (src/scheduler/sync.ts) and its wire codec:
  * what one gateway's picks teach it reaches a peer's scheduler (prefix insertions, in-flight load,
- * session bindings), stale or foreign batches are not merged, a silent peer's load expires, a late
- * joiner catches up from the replay log, and garbled frames are refused.
+ * prefix-home counts, session bindings), stale or foreign batches are not merged, a silent peer's load
+ * and counts expire, a late joiner catches up from the replay log, and garbled frames are refused.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import { decodeBatch, encodeBatch } from "../src/gateway/sync/codec.ts";
 import { InflightLoadProducer } from "../src/scheduler/plugins/inflight/producer.ts";
+import { PrefixHomeBalanceScorer } from "../src/scheduler/plugins/scorers/prefix-home.ts";
 import { createScheduler, type Scheduler } from "../src/scheduler/scheduler.ts";
 import { GatewaySync, type SyncBatch } from "../src/scheduler/sync.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
@@ -123,6 +124,74 @@ test("in-flight load: a peer's own load counts here until it reports it done or 
   assert.equal(sb.snapshot().peersExpired, 1);
 });
 
+const HOMES = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+  parameters: {autoTune: false}
+- type: prefix-cache-scorer
+- type: prefix-home-balance-scorer
+  parameters: {minPromptTokens: 64}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+  - pluginRef: prefix-home-balance-scorer
+  - pluginRef: max-score-picker
+`;
+
+function homes(s: Scheduler): PrefixHomeBalanceScorer {
+  for (const p of s.plugins.values()) if (p instanceof PrefixHomeBalanceScorer) return p;
+  throw new Error("no prefix-home-balance-scorer");
+}
+
+test("prefix homes: new prefixes are dealt out over what every synced gateway founded", async () => {
+  const [a, b] = await pair(HOMES);
+  const sa = new GatewaySync(a, { origin: "a", config: "x", staleAfterSeconds: 5 });
+  const sb = new GatewaySync(b, { origin: "b", config: "x", staleAfterSeconds: 5 });
+  const ids = eps.map((e) => e.id);
+  // a founds a prefix and hits it (reuse seen), then founds two more on endpoints homing none.
+  const x = pick(a, completion("w1", prompt(100)));
+  assert.equal(pick(a, completion("w2", prompt(100))), x);
+  const byA = [x, pick(a, completion("a1", prompt(1))), pick(a, completion("a2", prompt(2)))];
+  assert.equal(new Set(byA).size, 3);
+  const r = ids.find((id) => !byA.includes(id)) as string;
+  assert.ok(sa.hasNews(), "new counts are news");
+  const batch = decodeBatch(encodeBatch(sa.take(1)));
+  assert.deepEqual(batch.homes, { "prefix-home-balance-scorer": byA.map((id) => [id, 1]) });
+  assert.deepEqual(
+    ids.map((id) => homes(b).homes(id)),
+    [0, 0, 0, 0],
+    "before the batch b knows of no home",
+  );
+  sb.apply(batch, 1);
+  // b sees the reused prefix through a's insertions (a hit founds nothing), then founds a new one:
+  // it goes to the one endpoint no gateway homed a prefix on.
+  assert.equal(pick(b, completion("b0", prompt(100)), 1.1), x);
+  assert.equal(pick(b, completion("b1", prompt(50)), 1.2), r);
+  assert.deepEqual(
+    ids.map((id) => homes(b).homes(id)),
+    ids.map(() => 1),
+  );
+  // b's batch reports only its own found, not a's echoed back.
+  assert.deepEqual(sb.take(1.3).homes, { "prefix-home-balance-scorer": [[r, 1]] });
+  // a founds again (on r, its fewest): its next batch replaces its counts on b, not adds to them.
+  assert.equal(pick(a, completion("a3", prompt(3)), 1.4), r);
+  sb.apply(sa.take(2), 2);
+  assert.deepEqual(
+    ids.map((id) => homes(b).homes(id)),
+    ids.map((id) => (id === r ? 2 : 1)),
+  );
+  // a falls silent: only b's own found counts.
+  assert.deepEqual(sb.expire(7.5), ["a"]);
+  assert.deepEqual(
+    ids.map((id) => homes(b).homes(id)),
+    ids.map((id) => (id === r ? 1 : 0)),
+  );
+});
+
 test("stale, duplicate and foreign batches are not merged; gaps are counted; a restarted peer is heard again", async () => {
   const [a, b] = await pair(APPROX);
   const sa = new GatewaySync(a, { origin: "a", config: "x" });
@@ -208,6 +277,10 @@ const arbBatch: fc.Arbitrary<SyncBatch> = fc.record({
     fc.constantFrom("inflight-load-producer"),
     fc.array(fc.tuple(fc.constant("e:1"), fc.nat(100), fc.nat(1e6))),
   ),
+  homes: fc.dictionary(
+    fc.constantFrom("prefix-home-balance-scorer"),
+    fc.array(fc.tuple(fc.constantFrom("e:1", "10.0.0.2:8000"), fc.nat(1e5))),
+  ),
 });
 
 test("codec: a batch survives the wire unchanged; garbled frames are refused with an Error", () => {
@@ -231,4 +304,13 @@ test("codec: a batch survives the wire unchanged; garbled frames are refused wit
   );
   assert.throws(() => decodeBatch(Buffer.from("{}")), /wire version/);
   assert.throws(() => decodeBatch(Buffer.from("\u0000garbage")), /not JSON/);
+  const wire = (homes: unknown) =>
+    Buffer.from(
+      JSON.stringify({ v: 1, origin: "a", seq: 1, at: 0, config: "x", prefix: [], sessions: [], homes }),
+    );
+  assert.throws(() => decodeBatch(wire({ h: [["e:1", 1.5]] })), /bad homes row/);
+  assert.throws(() => decodeBatch(wire({ h: [["e:1", -1]] })), /bad homes row/);
+  assert.throws(() => decodeBatch(wire({ h: "x" })), /bad homes rows/);
+  assert.throws(() => decodeBatch(wire(null)), /bad homes/);
+  assert.equal(decodeBatch(wire(undefined)).homes, undefined, "a peer without the scorer sends none");
 });

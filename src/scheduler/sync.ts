@@ -1,20 +1,21 @@
 /**
  * Active-active gateway replicas: the routing state one gateway cannot observe from the others —
- * approximate-prefix insertions made by their decisions, their in-flight load per endpoint, and
- * session_id bindings — captured from this gateway's scheduler as batches and merged into it from
+ * approximate-prefix insertions made by their decisions, their in-flight load per endpoint, the
+ * prefix homes they founded (prefix-home-balance-scorer), and session_id bindings — captured from this gateway's scheduler as batches and merged into it from
  * its peers'. Pure: time is passed in, the transport (NATS, or the fleet simulator's event queue)
  * is the caller's. The hot path only appends to a bounded buffer; nothing waits on a peer.
  *
  * Merge rules: prefix insertions and bindings are operations, applied in arrival order (an insert
- * touches the LRU, so a peer's recent pick counts as recent here too); in-flight load is state — each
- * batch carries the sender's whole own load, which replaces the last one from that sender, so a lost
- * or duplicated batch never leaves load behind, and a sender silent for `staleAfterSeconds` counts
- * for nothing. Precise prefix routing needs none of this: every gateway reads the replicas' own KV
+ * touches the LRU, so a peer's recent pick counts as recent here too); in-flight load and home counts
+ * are state — each batch carries the sender's whole own load and counts, which replace the last ones
+ * from that sender, so a lost or duplicated batch never leaves load behind, and a sender silent for
+ * `staleAfterSeconds` counts for nothing. Precise prefix routing needs none of this: every gateway reads the replicas' own KV
  * events.
  */
 import type { PackedHashes } from "./hash.ts";
 import { InflightLoadProducer } from "./plugins/inflight/producer.ts";
 import { ApproxPrefixProducer } from "./plugins/prefix/producer.ts";
+import { PrefixHomeBalanceScorer } from "./plugins/scorers/prefix-home.ts";
 import { SessionAffinity } from "./plugins/session.ts";
 import type { Scheduler } from "./scheduler.ts";
 
@@ -49,6 +50,8 @@ export interface SyncBatch {
   sessions: SessionBinding[];
   /** Per inflight producer, the sender's own load: [endpoint, requests, tokens]. Absent in replays. */
   load?: Record<string, Array<[string, number, number]>>;
+  /** Per prefix-home-balance scorer, the prefixes the sender homed: [endpoint, count]. Absent in replays. */
+  homes?: Record<string, Array<[string, number]>>;
 }
 
 export interface SyncOptions {
@@ -101,6 +104,7 @@ export class GatewaySync {
   #prefix = new Map<string, ApproxPrefixProducer>();
   #inflight = new Map<string, InflightLoadProducer>();
   #sessions = new Map<string, SessionAffinity>();
+  #homes = new Map<string, PrefixHomeBalanceScorer>();
   #pending: PrefixInsert[] = [];
   #pendingBlocks = 0;
   #pendingSessions: SessionBinding[] = [];
@@ -145,6 +149,7 @@ export class GatewaySync {
         this.#prefix.set(name, p);
         p.onLearn = (e, h, c) => this.#learn(name, e, h, c);
       } else if (p instanceof InflightLoadProducer) this.#inflight.set(name, p);
+      else if (p instanceof PrefixHomeBalanceScorer) this.#homes.set(name, p);
       else if (p instanceof SessionAffinity) {
         this.#sessions.set(name, p);
         p.onBind = (s, e) => {
@@ -161,12 +166,13 @@ export class GatewaySync {
     this.#prefix = new Map();
     this.#inflight = new Map();
     this.#sessions = new Map();
+    this.#homes = new Map();
     this.#scheduler = null;
   }
 
   /** Whether the attached scheduler has any state to share (else peers only exchange heartbeats). */
   get shares(): boolean {
-    return this.#prefix.size + this.#inflight.size + this.#sessions.size > 0;
+    return this.#prefix.size + this.#inflight.size + this.#sessions.size + this.#homes.size > 0;
   }
 
   #learn(producer: string, endpoint: string, hashes: PackedHashes, capacity: number): void {
@@ -184,8 +190,8 @@ export class GatewaySync {
   #lastLoadKey = "";
 
   /**
-   * Whether a take() now would carry anything new: insertions, bindings, or own load that differs
-   * from the last batch's. A transport sends heartbeats on its own schedule regardless.
+   * Whether a take() now would carry anything new: insertions, bindings, or own load or home counts
+   * that differ from the last batch's. A transport sends heartbeats on its own schedule regardless.
    */
   hasNews(): boolean {
     if (this.#pending.length > 0 || this.#pendingSessions.length > 0) return true;
@@ -197,6 +203,10 @@ export class GatewaySync {
     for (const [name, p] of this.#inflight) {
       k += `${name}|`;
       for (const [id, [r, t]] of p.localLoad()) k += `${id},${r},${t};`;
+    }
+    for (const [name, p] of this.#homes) {
+      k += `${name}#`;
+      for (const [id, n] of p.localHomes()) k += `${id},${n};`;
     }
     return k;
   }
@@ -231,6 +241,8 @@ export class GatewaySync {
       for (const [id, [r, t]] of p.localLoad()) rows.push([id, r, t]);
       load[name] = rows;
     }
+    const homes: Record<string, Array<[string, number]>> = {};
+    for (const [name, p] of this.#homes) homes[name] = [...p.localHomes()];
     this.#lastLoadKey = this.#loadKey();
     const batch: SyncBatch = {
       origin: this.origin,
@@ -240,11 +252,13 @@ export class GatewaySync {
       prefix,
       sessions,
       load,
+      ...(this.#homes.size > 0 && { homes }),
     };
     this.stats.batchesOut++;
     this.stats.blocksOut += blocks;
     this.stats.sessionsOut += sessions.length;
-    if (prefix.length + sessions.length > 0) this.#remember({ ...batch, load: undefined }, blocks);
+    if (prefix.length + sessions.length > 0)
+      this.#remember({ ...batch, load: undefined, homes: undefined }, blocks);
     return batch;
   }
 
@@ -317,6 +331,11 @@ export class GatewaySync {
       }
       peer.hasLoad = true;
     }
+    if (!replay && b.homes !== undefined) {
+      for (const [name, rows] of Object.entries(b.homes))
+        this.#homes.get(name)?.setPeerHomes(b.origin, new Map(rows));
+      peer.hasLoad = true;
+    }
     return true;
   }
 
@@ -325,7 +344,10 @@ export class GatewaySync {
     const gone: string[] = [];
     for (const [id, peer] of this.#peers) {
       if (now - peer.lastHeard <= this.#staleAfter) continue;
-      if (peer.hasLoad) for (const p of this.#inflight.values()) p.setPeerLoad(id, null);
+      if (peer.hasLoad) {
+        for (const p of this.#inflight.values()) p.setPeerLoad(id, null);
+        for (const p of this.#homes.values()) p.setPeerHomes(id, null);
+      }
       this.#peers.delete(id);
       this.stats.peersExpired++;
       gone.push(id);

@@ -76,5 +76,18 @@ export function decodeBatch(data: Uint8Array): SyncBatch {
     }
     out.load = load;
   }
+  if (o.homes !== undefined) {
+    if (o.homes === null || typeof o.homes !== "object") throw new Error("bad homes");
+    const homes: Record<string, Array<[string, number]>> = {};
+    for (const [name, rows] of Object.entries(o.homes as Record<string, unknown>)) {
+      if (!Array.isArray(rows)) throw new Error("bad homes rows");
+      homes[name] = rows.map((r) => {
+        if (!Array.isArray(r) || !isStr(r[0]) || !isNum(r[1]) || !Number.isInteger(r[1]))
+          throw new Error("bad homes row");
+        return [r[0], r[1]] as [string, number];
+      });
+    }
+    out.homes = homes;
+  }
   return out;
 }
