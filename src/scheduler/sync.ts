@@ -1,16 +1,17 @@
 /**
  * Active-active gateway replicas: the routing state one gateway cannot observe from the others —
  * approximate-prefix insertions made by their decisions, their in-flight load per endpoint, the
- * prefix homes they founded (prefix-home-balance-scorer), and session_id bindings — captured from this gateway's scheduler as batches and merged into it from
- * its peers'. Pure: time is passed in, the transport (NATS, or the fleet simulator's event queue)
- * is the caller's. The hot path only appends to a bounded buffer; nothing waits on a peer.
+ * prefix homes they founded (prefix-home-balance-scorer), and session_id bindings — captured from
+ * this gateway's scheduler as batches and merged into it from its peers'. Pure: time is passed in,
+ * the transport (NATS, or the fleet simulator's event queue) is the caller's. The hot path only
+ * appends to a bounded buffer; nothing waits on a peer.
  *
  * Merge rules: prefix insertions and bindings are operations, applied in arrival order (an insert
  * touches the LRU, so a peer's recent pick counts as recent here too); in-flight load and home counts
  * are state — each batch carries the sender's whole own load and counts, which replace the last ones
  * from that sender, so a lost or duplicated batch never leaves load behind, and a sender silent for
- * `staleAfterSeconds` counts for nothing. Precise prefix routing needs none of this: every gateway reads the replicas' own KV
- * events.
+ * `staleAfterSeconds` counts for nothing. Precise prefix routing needs no insertions (every gateway
+ * reads the replicas' own KV events); its load and home counts are shared as here.
  */
 import type { PackedHashes } from "./hash.ts";
 import { InflightLoadProducer } from "./plugins/inflight/producer.ts";
