@@ -5,9 +5,11 @@
  * and counts expire, a late joiner catches up from the replay log, and garbled frames are refused.
  */
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import fc from "fast-check";
 import { decodeBatch, encodeBatch } from "../src/gateway/sync/codec.ts";
+import { createXxHasher } from "../src/scheduler/hash.ts";
 import { InflightLoadProducer } from "../src/scheduler/plugins/inflight/producer.ts";
 import { PrefixHomeBalanceScorer } from "../src/scheduler/plugins/scorers/prefix-home.ts";
 import { createScheduler, type Scheduler } from "../src/scheduler/scheduler.ts";
@@ -192,6 +194,38 @@ test("prefix homes: new prefixes are dealt out over what every synced gateway fo
   );
 });
 
+test("precise: a peer's speculative entry steers a new prefix's next request before any KV event", async () => {
+  const hasher = await createXxHasher();
+  const config = readFileSync(new URL("../config/examples/precise-sim.yaml", import.meta.url), "utf8");
+  const mk = async (seed: number) => (await createScheduler(config, { seed, hasher })).scheduler;
+  const [a, b, control] = [await mk(1), await mk(2), await mk(3)];
+  const sa = new GatewaySync(a, { origin: "a", config: "x" });
+  const sb = new GatewaySync(b, { origin: "b", config: "x" });
+  /** A prompt of 80 16-token blocks, distinct per g. */
+  const tokens = (g: number) => Array.from({ length: 16 * 80 + 3 }, (_, i) => g * 100_000 + i);
+  const req = (id: string, g: number) => completion(id, "", { tokenIds: tokens(g) });
+  const byA = [1, 2, 3, 4, 5, 6, 7, 8].map((g) => pick(a, req(`a${g}`, g), g / 100));
+  const batch = decodeBatch(encodeBatch(sa.take(0.1)));
+  assert.deepEqual(
+    batch.speculative?.map((x) => [x.p, x.e, x.t, x.h.length]),
+    byA.map((e) => ["precise-prefix-cache-producer", e, 2, 160]),
+  );
+  sb.apply(batch, 0.1);
+  let agree = 0;
+  let chance = 0;
+  for (let g = 1; g <= 8; g++) {
+    if (pick(b, req(`b${g}`, g), 0.2) === byA[g - 1]) agree++;
+    if (pick(control, req(`c${g}`, g), 0.2) === byA[g - 1]) chance++;
+  }
+  assert.equal(agree, 8, "each second request follows its prefix to the peer's pick");
+  assert.ok(chance < 8, `without sync the control agreed on ${chance}/8 only by chance`);
+  // Entries are sent within what the insertions leave of maxBlocks; the rest wait.
+  for (let g = 11; g <= 13; g++) pick(a, req(`a${g}`, g), 1);
+  assert.equal(sa.take(1, 100).speculative?.length, 1);
+  assert.equal(sa.take(1, 200).speculative?.length, 2);
+  assert.equal(sa.take(1).speculative, undefined, "nothing left");
+});
+
 test("stale, duplicate and foreign batches are not merged; gaps are counted; a restarted peer is heard again", async () => {
   const [a, b] = await pair(APPROX);
   const sa = new GatewaySync(a, { origin: "a", config: "x" });
@@ -277,6 +311,17 @@ const arbBatch: fc.Arbitrary<SyncBatch> = fc.record({
     fc.constantFrom("inflight-load-producer"),
     fc.array(fc.tuple(fc.constant("e:1"), fc.nat(100), fc.nat(1e6))),
   ),
+  speculative: fc.array(
+    fc.record({
+      p: fc.constant("precise-prefix-cache-producer"),
+      e: fc.constantFrom("10.0.0.1:8000", "[::1]:8001"),
+      t: fc.double({ min: 0, max: 60, noNaN: true }),
+      h: fc
+        .array(fc.integer({ min: -(2 ** 31), max: 2 ** 31 - 1 }), { maxLength: 40 })
+        .map((a) => (a.length % 2 === 0 ? a : a.slice(1))),
+    }),
+    { maxLength: 3 },
+  ),
   homes: fc.dictionary(
     fc.constantFrom("prefix-home-balance-scorer"),
     fc.array(fc.tuple(fc.constantFrom("e:1", "10.0.0.2:8000"), fc.nat(1e5))),
@@ -313,4 +358,20 @@ test("codec: a batch survives the wire unchanged; garbled frames are refused wit
   assert.throws(() => decodeBatch(wire({ h: "x" })), /bad homes rows/);
   assert.throws(() => decodeBatch(wire(null)), /bad homes/);
   assert.equal(decodeBatch(wire(undefined)).homes, undefined, "a peer without the scorer sends none");
+  const spec = (speculative: unknown) =>
+    Buffer.from(
+      JSON.stringify({
+        v: 1,
+        origin: "a",
+        seq: 1,
+        at: 0,
+        config: "x",
+        prefix: [],
+        sessions: [],
+        speculative,
+      }),
+    );
+  assert.throws(() => decodeBatch(spec({})), /speculative must be an array/);
+  assert.throws(() => decodeBatch(spec([{ p: "x", e: "e:1", t: -1, h: "" }])), /bad speculative entry/);
+  assert.throws(() => decodeBatch(spec([{ p: "x", e: "e:1", t: 2, h: "AAAA" }])), /whole number/);
 });

@@ -32,7 +32,8 @@ function unpackHashes(s: string): number[] {
 
 export function encodeBatch(b: SyncBatch): Uint8Array {
   const prefix: WireInsert[] = b.prefix.map((x) => ({ p: x.p, e: x.e, c: x.c, h: packHashes(x.h) }));
-  return Buffer.from(JSON.stringify({ v: SYNC_WIRE_VERSION, ...b, prefix }), "utf8");
+  const speculative = b.speculative?.map((x) => ({ p: x.p, e: x.e, t: x.t, h: packHashes(x.h) }));
+  return Buffer.from(JSON.stringify({ v: SYNC_WIRE_VERSION, ...b, prefix, speculative }), "utf8");
 }
 
 const isStr = (x: unknown): x is string => typeof x === "string" && x.length > 0 && x.length <= 512;
@@ -75,6 +76,14 @@ export function decodeBatch(data: Uint8Array): SyncBatch {
       });
     }
     out.load = load;
+  }
+  if (o.speculative !== undefined) {
+    if (!Array.isArray(o.speculative)) throw new Error("speculative must be an array");
+    out.speculative = o.speculative.map((x: { p: unknown; e: unknown; t: unknown; h: unknown }) => {
+      if (!x || !isStr(x.p) || !isStr(x.e) || !isNum(x.t) || typeof x.h !== "string")
+        throw new Error("bad speculative entry");
+      return { p: x.p, e: x.e, t: x.t, h: unpackHashes(x.h) };
+    });
   }
   if (o.homes !== undefined) {
     if (o.homes === null || typeof o.homes !== "object") throw new Error("bad homes");

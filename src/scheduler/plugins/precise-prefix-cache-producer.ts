@@ -174,6 +174,11 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
   readonly kvEvents: { topicFilter: string; socketPort: number; replaySocketPort: number | null };
   readonly #key: DataKey<PrefixMatchInfo>;
   readonly #speculativeTtl: number;
+  /**
+   * Called for each speculative entry this gateway adds after a pick (src/scheduler/sync.ts sends
+   * them to its peers). `keys` is only valid during the call: copy what is kept.
+   */
+  onSpeculate: ((endpointId: string, keys: PackedKeys, ttlSeconds: number) => void) | null = null;
   #requests = 0;
   #withoutTokens = 0;
   #hitBlocks = 0;
@@ -266,9 +271,12 @@ export class PrecisePrefixProducer implements DataProducer, PreRequestHook {
     if (!this.params.speculativeIndexing || info.keys.length === 0) return;
     if (this.params.speculativeScope === "cold" && info.anyMatch) return;
     this.index.addSpeculative(primary.id, info.keys, now, this.#speculativeTtl);
+    this.onSpeculate?.(primary.id, info.keys, this.#speculativeTtl);
     const prefill = result.profiles[PREFILL_PROFILE]?.target;
-    if (prefill && prefill.id !== primary.id)
+    if (prefill && prefill.id !== primary.id) {
       this.index.addSpeculative(prefill.id, info.keys, now, this.#speculativeTtl);
+      this.onSpeculate?.(prefill.id, info.keys, this.#speculativeTtl);
+    }
   }
 
   /** Endpoints that left the pool are dropped from the index at once. */
