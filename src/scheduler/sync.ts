@@ -2,21 +2,20 @@
  * Active-active gateway replicas: the routing state one gateway cannot observe from the others —
  * approximate-prefix insertions made by their decisions, precise routing's speculative entries,
  * their in-flight load per endpoint, the prefix homes they founded (prefix-home-balance-scorer), and
- * session_id bindings — captured from
- * this gateway's scheduler as batches and merged into it from its peers'. Pure: time is passed in,
- * the transport (NATS, or the fleet simulator's event queue) is the caller's. The hot path only
- * appends to a bounded buffer; nothing waits on a peer.
+ * session_id bindings — captured from this gateway's scheduler as batches and merged into it from
+ * its peers'. Pure: time is passed in, the transport (NATS, or the fleet simulator's event queue)
+ * is the caller's. The hot path only appends to a bounded buffer; nothing waits on a peer.
  *
  * Merge rules: prefix insertions, speculative entries and bindings are operations, applied in
- * arrival order (an insert
- * touches the LRU, so a peer's recent pick counts as recent here too); in-flight load and home counts
- * are state — each batch carries the sender's whole own load and counts, which replace the last ones
- * from that sender, so a lost or duplicated batch never leaves load behind, and a sender silent for
- * `staleAfterSeconds` counts for nothing. Precise prefix routing needs no insertions (every gateway
- * reads the replicas' own KV events), but a new prefix's second request reaching another gateway
- * before the engine's first KV event found nothing there without its peer's speculative entry: on
- * gateways-sync precise behind 8 synced gateways made 8,021 output tok/s against 8,316 with one,
- * and 8,319 once they were shared. Speculative entries are short-lived, so never replayed.
+ * arrival order (an insert touches the LRU, so a peer's recent pick counts as recent here too);
+ * in-flight load and home counts are state — each batch carries the sender's whole own load and
+ * counts, which replace the last ones from that sender, so a lost or duplicated batch never leaves
+ * load behind, and a sender silent for `staleAfterSeconds` counts for nothing. Precise prefix
+ * routing needs no insertions (every gateway reads the replicas' own KV events), but a new prefix's
+ * second request reaching another gateway before the engine's first KV event found nothing there
+ * without its peer's speculative entry: on gateways-sync precise behind 8 synced gateways made 8,021
+ * output tok/s against 8,316 with one, and 8,319 once the entries were shared. They live seconds,
+ * so they are never replayed.
  */
 import type { PackedHashes } from "./hash.ts";
 import { InflightLoadProducer } from "./plugins/inflight/producer.ts";
@@ -225,8 +224,9 @@ export class GatewaySync {
   #lastLoadKey = "";
 
   /**
-   * Whether a take() now would carry anything new: insertions, bindings, or own load or home counts
-   * that differ from the last batch's. A transport sends heartbeats on its own schedule regardless.
+   * Whether a take() now would carry anything new: insertions, speculative entries, bindings, or own
+   * load or home counts that differ from the last batch's. A transport sends heartbeats on its own
+   * schedule regardless.
    */
   hasNews(): boolean {
     if (this.#pending.length > 0 || this.#pendingSessions.length > 0 || this.#pendingSpeculative.length > 0)

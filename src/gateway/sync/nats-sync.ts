@@ -1,17 +1,17 @@
 /**
  * `--nats URL`: active-active gateway replicas share routing state over NATS. The network edge of
  * src/scheduler/sync.ts: every `flushMs` this gateway publishes what its picks taught it (prefix
- * insertions, session bindings, its own in-flight load and prefix-home counts) on `<subject>.batch`
- * and merges its peers'
- * batches as they arrive. Nothing on the request path waits for NATS: a pick only appends to a
- * bounded buffer, and a gateway that cannot reach NATS keeps routing on its own view (buffering its
- * news up to the bound, then dropping the oldest, counted) and says so in kvgate_sync_connected.
+ * insertions, precise speculative entries, session bindings, its own in-flight load and prefix-home
+ * counts) on `<subject>.batch` and merges its peers' batches as they arrive. Nothing on the request
+ * path waits for NATS: a pick only appends to a bounded buffer, and a gateway that cannot reach NATS
+ * keeps routing on its own view (buffering its news up to the bound, then dropping the oldest,
+ * counted) and says so in kvgate_sync_connected.
  *
  * A gateway that joins late — or reconnects after an outage — publishes `<subject>.hello`; every
  * peer answers on `<subject>.replay.<origin>` with its recent own insertions and bindings (a bounded
- * log), so the newcomer's approximate index starts warm instead of cache-blind. Load and home counts
- * are never replayed: the next live batch carries each peer's current ones, and a peer silent for
- * `staleAfterSeconds` counts for none.
+ * log), so the newcomer's approximate index starts warm instead of cache-blind. Load, home counts and
+ * speculative entries are never replayed: the next live batch carries each peer's current load and
+ * counts, a peer silent for `staleAfterSeconds` counts for none, and speculative entries live seconds.
  */
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Counter, Gauge, type Registry } from "prom-client";
