@@ -53,7 +53,7 @@ test("N gateways: unsynced approximate indexes lose hits, synced ones keep them,
   assert.equal(strip("one-synced"), strip("one"));
 });
 
-test("scenarios/gateways-sync.yaml: 1/2/4/8 gateways, synced and unsynced, and precise at 8", () => {
+test("scenarios/gateways-sync.yaml: 1/2/4/8 gateways, synced and unsynced, and precise at 8 both ways", () => {
   const sc = loadScenario("scenarios/gateways-sync.yaml");
   assert.deepEqual(
     sc.routers.map((r) => [r.name, r.gateways?.replicas ?? 1, r.gateways?.sync != null]),
@@ -66,6 +66,7 @@ test("scenarios/gateways-sync.yaml: 1/2/4/8 gateways, synced and unsynced, and p
       ["gw8-unsynced", 8, false],
       ["gw8-synced", 8, true],
       ["gw8-precise", 8, false],
+      ["gw8-precise-synced", 8, true],
     ],
   );
   assert.deepEqual(sc.routers[2].gateways?.sync, { delay: 0.001, interval: 0.02 });
