@@ -111,7 +111,8 @@ export interface SyncStats {
 interface Peer {
   lastSeq: number;
   lastHeard: number;
-  hasLoad: boolean;
+  /** Whether it sent load or home counts (state to drop when it falls silent). */
+  hasState: boolean;
 }
 
 export class GatewaySync {
@@ -221,7 +222,7 @@ export class GatewaySync {
     }
   }
 
-  #lastLoadKey = "";
+  #lastStateKey = "";
 
   /**
    * Whether a take() now would carry anything new: insertions, speculative entries, bindings, or own
@@ -231,10 +232,10 @@ export class GatewaySync {
   hasNews(): boolean {
     if (this.#pending.length > 0 || this.#pendingSessions.length > 0 || this.#pendingSpeculative.length > 0)
       return true;
-    return this.#loadKey() !== this.#lastLoadKey;
+    return this.#stateKey() !== this.#lastStateKey;
   }
 
-  #loadKey(): string {
+  #stateKey(): string {
     let k = "";
     for (const [name, p] of this.#inflight) {
       k += `${name}|`;
@@ -288,7 +289,7 @@ export class GatewaySync {
     }
     const homes: Record<string, Array<[string, number]>> = {};
     for (const [name, p] of this.#homes) homes[name] = [...p.localHomes()];
-    this.#lastLoadKey = this.#loadKey();
+    this.#lastStateKey = this.#stateKey();
     const batch: SyncBatch = {
       origin: this.origin,
       seq: ++this.#seq,
@@ -335,7 +336,7 @@ export class GatewaySync {
     }
     let peer = this.#peers.get(b.origin);
     if (peer === undefined) {
-      peer = { lastSeq: 0, lastHeard: now, hasLoad: false };
+      peer = { lastSeq: 0, lastHeard: now, hasState: false };
       this.#peers.set(b.origin, peer);
     }
     if (!replay) {
@@ -377,12 +378,12 @@ export class GatewaySync {
         for (const [id, r, t] of rows) m.set(id, [r, t]);
         p.setPeerLoad(b.origin, m);
       }
-      peer.hasLoad = true;
+      peer.hasState = true;
     }
     if (!replay && b.homes !== undefined) {
       for (const [name, rows] of Object.entries(b.homes))
         this.#homes.get(name)?.setPeerHomes(b.origin, new Map(rows));
-      peer.hasLoad = true;
+      peer.hasState = true;
     }
     return true;
   }
@@ -392,7 +393,7 @@ export class GatewaySync {
     const gone: string[] = [];
     for (const [id, peer] of this.#peers) {
       if (now - peer.lastHeard <= this.#staleAfter) continue;
-      if (peer.hasLoad) {
+      if (peer.hasState) {
         for (const p of this.#inflight.values()) p.setPeerLoad(id, null);
         for (const p of this.#homes.values()) p.setPeerHomes(id, null);
       }
