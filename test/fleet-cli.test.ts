@@ -71,4 +71,10 @@ workload:
     assert.equal(r.code, 2);
     assert.match(r.stderr, /fleet\.gpus: unknown field/);
   });
+
+  it("exits 2 naming the policies when --routers names none of an autoscaling scenario's", async () => {
+    const r = await kvgate(["simulate", resolve("scenarios/autoscale-ramp.yaml"), "--routers", "default"]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /unknown policy "default".*kvgate, wva, dynamo, kpa, hpa-gpu/);
+  });
 });

@@ -6,6 +6,7 @@
 import { writeFileSync } from "node:fs";
 import { formatAutoscale, runAutoscaleScenario } from "../sim/fleet/autoscale-run.ts";
 import { loadAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
+import { ScenarioError } from "../sim/fleet/scenario.ts";
 
 export async function simulateAutoscale(
   file: string,
@@ -13,6 +14,12 @@ export async function simulateAutoscale(
 ): Promise<void> {
   const sc = loadAutoscaleScenario(file);
   const a = sc.autoscale;
+  // Here --routers picks autoscaling policies: the scenario has one router config.
+  const unknown = (f.routers ?? []).filter((n) => !(a.policies as string[]).includes(n));
+  if (unknown.length > 0)
+    throw new ScenarioError(
+      `unknown policy "${unknown[0]}": an autoscaling scenario compares policies, and --routers picks among them: ${a.policies.join(", ")}`,
+    );
   console.error(
     `scenario ${sc.base.name}: pools ${a.pools.map((p) => `${p.name} ${p.min}–${p.max} (start ${p.initial})`).join(", ")} × ${sc.base.pools.map((p) => p.profile.name).join(", ")}; ` +
       `${a.curve.type} load over ${a.curve.duration} s; start-up ${a.startupDelay} s; policies ${(f.routers ?? a.policies).join(", ")}`,
