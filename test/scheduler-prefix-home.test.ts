@@ -2,13 +2,14 @@
  * prefix-home-balance-scorer and the placement of new prefixes in config/examples/precise-sim.yaml:
  * a long request no endpoint holds any of goes to the endpoint homing the fewest prefixes, whatever
  * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
- * and traffic that reuses nothing are left to the load scorers.
+ * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
+ * config's), an endpoint decoding past that multiple of the mean founds nothing.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { before, describe, it } from "node:test";
 import { createXxHasher, type Hasher } from "../src/scheduler/hash.ts";
-import { prefixKey } from "../src/scheduler/plugins/data.ts";
+import { type InFlightInfo, inflightKey, prefixKey } from "../src/scheduler/plugins/data.ts";
 import { PrefixHomeBalanceScorer, prefixHomeParams } from "../src/scheduler/plugins/scorers/prefix-home.ts";
 import { createScheduler, type Scheduler } from "../src/scheduler/scheduler.ts";
 import { completion, cycleFor, endpoint, prefixInfo } from "../src/scheduler/testing.ts";
@@ -49,6 +50,68 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(scores(s, 8), [0.5, 0.5, 0.5]);
     pick(s, 8, eps[2]);
     assert.equal(s.homes("c:1"), 0, "a short cold request homes nothing");
+  });
+
+  it("with maxDecodeLoadRatio, an endpoint decoding above that multiple of the mean founds nothing", () => {
+    const s = mk({ maxDecodeLoadRatio: 2, inFlightLoadProducerName: "i" });
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[1]);
+    pick(s, 32, eps[0], { "a:1": 32 });
+    // Homes 2, 1, 0: c homes the fewest. Decode load is the context in flight plus 256 per request;
+    // the endpoints not past the ratio are scored by homes among themselves, so b wins next.
+    const withLoad = (context: Record<string, number>, requests: Record<string, number> = {}) => {
+      const x = cyc(32);
+      const info: InFlightInfo = {
+        requests: (id) => requests[id] ?? 0,
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+        contextTokens: (id) => context[id] ?? 0,
+      };
+      x.set(inflightKey("i"), info);
+      return Array.from(s.score(x, eps));
+    };
+    // Mean 40,000: c at 100,000 is above twice it and loses the count it would have won on.
+    assert.deepEqual(withLoad({ "a:1": 10_000, "b:1": 10_000, "c:1": 100_000 }), [0, 1, 0]);
+    // At exactly twice the mean it still founds (mean 30,000, c at 60,000).
+    assert.deepEqual(withLoad({ "a:1": 15_000, "b:1": 15_000, "c:1": 60_000 }), [0, 0.5, 1]);
+    // a past the ratio instead: b and c by homes.
+    assert.deepEqual(withLoad({ "a:1": 100_000, "b:1": 10_000, "c:1": 10_000 }), [0, 0, 1]);
+    // Requests count 256 tokens each: 120 requests put c past twice the mean with no context at all.
+    assert.deepEqual(withLoad({}, { "a:1": 10, "b:1": 10, "c:1": 120 }), [0, 1, 0]);
+    // Without the ratio, the same picks score by homes alone (no in-flight data read).
+    const plain = mk();
+    for (const [e, m] of [
+      [0, {}],
+      [0, {}],
+      [1, {}],
+      [0, { "a:1": 32 }],
+    ] as const)
+      pick(plain, 32, eps[e], m);
+    assert.deepEqual(scores(plain, 32), [0, 0.5, 1]);
+  });
+
+  it("maxDecodeLoadRatio brings in an inflight-load producer, and must be above 1", async () => {
+    const cfg = (ratio: number) => `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: approx-prefix-cache-producer
+- type: prefix-home-balance-scorer
+  parameters:
+    maxDecodeLoadRatio: ${ratio}
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-home-balance-scorer
+  - pluginRef: max-score-picker
+`;
+    const { scheduler } = await createScheduler(cfg(2), { seed: 1 });
+    assert.ok(
+      [...scheduler.plugins.values()].some((p) => p.typedName.type === "inflight-load-producer"),
+      "the inflight-load producer was added",
+    );
+    await assert.rejects(createScheduler(cfg(1), { seed: 1 }), /maxDecodeLoadRatio/);
   });
 
   it("forgets reuse older than reuseWindow long requests, and endpoints that left the pool", () => {

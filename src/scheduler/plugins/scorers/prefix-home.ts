@@ -28,6 +28,16 @@
  * tokens/s against 8,285 with one (seeds 7, 3, 1: −9.9%, −4.5%, −4.7%); with the counts shared, 8,298.
  * Gateways that do not sync each deal out only the groups they saw first (on the 150 × 5 run with 8
  * unsynced gateways precise lost 0.6% with it). A prefix evicted and founded again counts twice.
+ *
+ * `maxDecodeLoadRatio` (set in config/examples/default.yaml; needs an inflight-load producer): an
+ * endpoint whose decode load — the whole prompts of the gateway's requests in flight there plus
+ * `requestTokens` each, as decode-load-scorer counts it — is above this multiple of the candidates'
+ * mean scores 0, and the others are scored by homes among themselves, so it founds no new prefix
+ * while another endpoint can. Counts are right for the long run, but the founding request and its
+ * group's next ones run there now: on mixed-length seed 11 the replica homing the fewest documents
+ * was decoding five of them, the most of any, when a new one was founded there; 3 s later it decoded
+ * ten, and its last requests ran at ~20 ms a token (the 160 QPS stage 27,776 output tokens/s
+ * against llm-d's chart config's 29,553, −6.0%). With the ratio at 2: 29,401 (−0.5%).
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -41,20 +51,26 @@ import type {
   Scorer,
   TypedName,
 } from "../../types.ts";
-import type { PrefixMatchInfo } from "../data.ts";
-import { prefixKey } from "../data.ts";
+import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
+import { inflightKey, need, prefixKey } from "../data.ts";
 import { PREFILL_PROFILE } from "../prefix/producer.ts";
 
 export const prefixHomeParams = z.strictObject({
   minPromptTokens: z.number().int().nonnegative().default(1024),
   reuseWindow: z.number().int().positive().default(64),
   prefixMatchInfoProducerName: z.string().min(1).optional(),
+  /** Unset: homes alone. Else an endpoint with more than this × the candidates' mean decode load founds nothing. */
+  maxDecodeLoadRatio: z.number().gt(1).optional(),
+  /** Decode load per in-flight request beyond its prompt, in context tokens (decode-load-scorer's default). */
+  requestTokens: z.number().int().nonnegative().default(256),
+  inFlightLoadProducerName: z.string().min(1).optional(),
 });
 
 export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
   readonly typedName: TypedName;
   readonly category = "distribution" as const;
   readonly #key: DataKey<PrefixMatchInfo>;
+  readonly #load: DataKey<InFlightInfo> | null;
   /** endpoint id → prefixes this gateway homed there (long cold requests it picked for it). */
   readonly #own = new Map<string, number>();
   /** Synced peer → its own counts, as last reported. */
@@ -66,6 +82,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
   #next = 0;
   #matched = 0;
   readonly #out = new ScoreBuffer();
+  readonly #loads = new ScoreBuffer();
 
   constructor(
     name: string,
@@ -73,10 +90,14 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
   ) {
     this.typedName = { type: "prefix-home-balance-scorer", name };
     this.#key = prefixKey(params.prefixMatchInfoProducerName as string);
+    this.#load =
+      params.maxDecodeLoadRatio !== undefined && params.inFlightLoadProducerName !== undefined
+        ? inflightKey(params.inFlightLoadProducerName)
+        : null;
   }
 
   consumes() {
-    return { required: [this.#key] };
+    return { required: this.#load === null ? [this.#key] : [this.#key, this.#load] };
   }
 
   /** Prefixes homed on an endpoint so far, by this gateway and its synced peers. */
@@ -116,17 +137,38 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     const out = this.#out.get(n);
     const info = cycle.get(this.#key);
     if (!this.#long(info) || info.anyMatch || this.#matched === 0) return out.fill(0.5);
+    // Endpoints decoding past the ratio are marked −1 and score 0; the rest by homes among themselves.
+    const busy =
+      this.#load === null ? null : this.#busy(need(cycle, this.#load, this.typedName.name), endpoints);
     let lo = Number.POSITIVE_INFINITY;
     let hi = 0;
     for (let i = 0; i < n; i++) {
+      if (busy?.[i] === 1) {
+        out[i] = -1;
+        continue;
+      }
       const h = this.homes(endpoints[i].id);
       out[i] = h;
       lo = Math.min(lo, h);
       hi = Math.max(hi, h);
     }
-    if (hi === lo) return out.fill(1);
-    for (let i = 0; i < n; i++) out[i] = (hi - out[i]) / (hi - lo);
+    for (let i = 0; i < n; i++) out[i] = out[i] < 0 ? 0 : hi === lo ? 1 : (hi - out[i]) / (hi - lo);
     return out;
+  }
+
+  /** 1 where the endpoint's decode load is above maxDecodeLoadRatio × the candidates' mean, else 0. */
+  #busy(load: InFlightInfo, endpoints: readonly EndpointState[]): Float64Array {
+    const n = endpoints.length;
+    const loads = this.#loads.get(n);
+    let sum = 0;
+    for (let i = 0; i < n; i++) {
+      const id = endpoints[i].id;
+      loads[i] = load.requests(id) * this.params.requestTokens + (load.contextTokens?.(id) ?? 0);
+      sum += loads[i];
+    }
+    const limit = ((this.params.maxDecodeLoadRatio as number) * sum) / n;
+    for (let i = 0; i < n; i++) loads[i] = loads[i] > limit ? 1 : 0;
+    return loads;
   }
 
   preRequest(cycle: CycleState, result: ScheduleResult): void {
@@ -169,6 +211,13 @@ export const prefixHomeSpec = spec({
   kind: "scorer",
   summary: "Places long cache-cold requests on the endpoint homing the fewest prefixes.",
   params: prefixHomeParams,
-  needs: () => [{ family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: true }],
+  needs: (p) => [
+    { family: "prefix-match-info", param: "prefixMatchInfoProducerName", required: true },
+    {
+      family: "inflight-load",
+      param: "inFlightLoadProducerName",
+      required: p.maxDecodeLoadRatio !== undefined,
+    },
+  ],
   factory: (name, p) => new PrefixHomeBalanceScorer(name, p),
 });
