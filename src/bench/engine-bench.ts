@@ -13,11 +13,14 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { parse } from "yaml";
 import { type BlockHashAlgo, Engine } from "../engine/engine.ts";
 import { Rng } from "../engine/output-tokens.ts";
 import { numGpuBlocksFor, validateProfile } from "../engine/profile.ts";
+import { parseBenchArgs } from "./cli-args.ts";
+
+const USAGE =
+  "usage: npm run bench:engine -- [--reps 5] [--requests 2000] [--profile llama-3.1-8b-h100] [--json FILE]";
 
 /** A variant: the block hash, and whether the engine runs the CPU offload tier. */
 type Variant = "sha256_cbor" | "fast64" | "fast64+offload";
@@ -156,7 +159,7 @@ function runOnce(profileName: string, numRequests: number, seed: number, variant
 }
 
 function main(): void {
-  const { values } = parseArgs({
+  const { values } = parseBenchArgs("bench:engine", USAGE, {
     options: {
       reps: { type: "string", default: "5" },
       requests: { type: "string", default: "2000" },

@@ -26,9 +26,9 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { Pool } from "undici";
 import { type Child, simReplicaArgs, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import {
   lagBetween,
   type MixOptions,
@@ -49,11 +49,14 @@ import {
 } from "./flow-bench-stats.ts";
 import { table } from "./format.ts";
 
+const USAGE = `usage: npm run bench:flow -- [--time-scale 2] [--configs vtc,vtc-no-reserve,vtc-no-holdback,round-robin,global-strict,off]
+  [--replicas 2] [--max-concurrency 5] [--max-num-seqs 4] [--holdback H] [--seed 1] [--quick] [--json FILE]`;
+
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 /** Issue 14: B's TTFT p90 under the flood within 2× of its value with no flood. */
 const TARGET_RATIO = 2;
 
-const { values: args } = parseArgs({
+const { values: args } = parseBenchArgs("bench:flow", USAGE, {
   options: {
     "time-scale": { type: "string", default: "2" },
     configs: { type: "string", default: FLOW_CONFIGS.join(",") },

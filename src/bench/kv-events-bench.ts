@@ -16,7 +16,6 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { cpus, loadavg } from "node:os";
 import { dirname, resolve } from "node:path";
-import { parseArgs } from "node:util";
 import { type BlockHasher, BlockKeyer, fnv1a64Hasher, loadXxh64Hasher } from "../kv/block-keys.ts";
 import {
   type DecodedEventBatch,
@@ -27,6 +26,10 @@ import {
 import type { KVEvent, KVEventBatch } from "../kv/events.ts";
 import { decodeEventBatchFast } from "../kv/precise-decode.ts";
 import { PreciseIndex } from "../kv/precise-index.ts";
+import { parseBenchArgs } from "./cli-args.ts";
+
+const USAGE =
+  "usage: npm run bench:kv-events -- [--reps 5] [--blocks 600000] [--only ENDPOINTS:WORKLOAD:FORMAT] [--json FILE]";
 
 type Decoder = (buf: Uint8Array) => DecodedEventBatch;
 
@@ -259,7 +262,7 @@ function lookupCost(hasher: BlockHasher, reps: number) {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({
+  const { values } = parseBenchArgs("bench:kv-events", USAGE, {
     options: {
       reps: { type: "string", default: "5" },
       blocks: { type: "string", default: "600000" },

@@ -16,7 +16,6 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { admissionFromConfig } from "../flow/admission.ts";
 import type { EffectiveConfig } from "../scheduler/defaults.ts";
 import type { LatencyFeatures } from "../scheduler/latency/predictor.ts";
@@ -30,13 +29,17 @@ import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { parseScenario } from "../sim/fleet/scenario.ts";
 import { scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import { table } from "./format.ts";
 import { evaluate, type Learner } from "./latency-model-eval.ts";
+
+const USAGE =
+  "usage: npm run bench:latency-model -- [--workloads mixed-length,multi-turn,long-prompt] [--train 0.7] [--quick] [--json FILE]";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const LEARNERS: Learner[] = ["relative", "linear", "log", "split", "mean"];
 
-const { values: args } = parseArgs({
+const { values: args } = parseBenchArgs("bench:latency-model", USAGE, {
   options: {
     workloads: { type: "string", default: "mixed-length,multi-turn,long-prompt" },
     train: { type: "string", default: "0.7" },

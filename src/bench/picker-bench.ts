@@ -32,10 +32,10 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { parseAllDocuments, stringify } from "yaml";
 import { createXxHasher } from "../scheduler/hash.ts";
 import { createScheduler } from "../scheduler/scheduler.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import {
   ChatWorkload,
   ColdChatWorkload,
@@ -86,43 +86,32 @@ Options:
   -h, --help            print this and exit
 `;
 
-let parsed: ReturnType<typeof parseOptions>;
-try {
-  parsed = parseOptions();
-} catch (err) {
-  process.stderr.write(`bench:picker: ${(err as Error).message}\n\n${USAGE}`);
-  process.exit(2);
-}
-if (parsed.values.help === true) {
+const { values: args } = parseBenchArgs("bench:picker", USAGE, {
+  options: {
+    help: { type: "boolean", short: "h", default: false },
+    reps: { type: "string", default: "5" },
+    calls: { type: "string", default: "4000" },
+    warmup: { type: "string", default: "3000" },
+    repeat: { type: "string", default: "3" },
+    endpoints: { type: "string", default: "8,64,256" },
+    configs: {
+      type: "string",
+      default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~spill-set,locality~home",
+    },
+    "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
+    pairs: { type: "string", default: "2000" },
+    concurrency: { type: "string", default: "1,8" },
+    "time-scale": { type: "string", default: "10000" },
+    "no-gateway": { type: "boolean", default: false },
+    "no-decision": { type: "boolean", default: false },
+    quick: { type: "boolean", default: false },
+    json: { type: "string", default: "results/bench-picker.json" },
+  },
+  strict: true,
+});
+if (args.help === true) {
   process.stdout.write(USAGE);
   process.exit(0);
-}
-const args = parsed.values;
-
-function parseOptions() {
-  return parseArgs({
-    options: {
-      help: { type: "boolean", short: "h", default: false },
-      reps: { type: "string", default: "5" },
-      calls: { type: "string", default: "4000" },
-      warmup: { type: "string", default: "3000" },
-      repeat: { type: "string", default: "3" },
-      endpoints: { type: "string", default: "8,64,256" },
-      configs: {
-        type: "string",
-        default: "default,llm-d-chart-default,pd,precise-prefix,locality,locality~spill-set,locality~home",
-      },
-      "cold-configs": { type: "string", default: "default,llm-d-chart-default" },
-      pairs: { type: "string", default: "2000" },
-      concurrency: { type: "string", default: "1,8" },
-      "time-scale": { type: "string", default: "10000" },
-      "no-gateway": { type: "boolean", default: false },
-      "no-decision": { type: "boolean", default: false },
-      quick: { type: "boolean", default: false },
-      json: { type: "string", default: "results/bench-picker.json" },
-    },
-    strict: true,
-  });
 }
 
 function posInt(name: string, v: string | undefined): number {

@@ -11,13 +11,16 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
-import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
 import { cpuSecondsOf, simReplicaArgs, spawnKvgate, stopAll } from "../sim/launcher.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import { DEMO_DEFAULTS, DEMO_MAX_MODEL_LEN, demoWorkloadSpec } from "./demo.ts";
 import { generateWorkload } from "./workloads/spec.ts";
 
-const { values: a } = parseArgs({
+const USAGE = `usage: npm run bench:replica-cpu -- [--requests 600] [--concurrency 8] [--max-tokens 1]
+  [--stream-interval 10] [--rounds 3] [--json results/bench-replica-cpu.json]`;
+
+const { values: a } = parseBenchArgs("bench:replica-cpu", USAGE, {
   options: {
     requests: { type: "string", default: "600" },
     concurrency: { type: "string", default: "8" },

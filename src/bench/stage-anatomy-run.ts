@@ -11,7 +11,6 @@
  *     [--config FILE] [--max-num-seqs N] [--seed N] [--replicas]
  */
 import { readFileSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
 import { computeLimits } from "../sim/fleet/limits.ts";
@@ -19,13 +18,14 @@ import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
 import { limitsFleet, scenarioFleetOptions, scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import { table } from "./format.ts";
 import { type AnatomyStageRecord, type AnatomyStageStep, stageAnatomy } from "./stage-anatomy.ts";
 
 const USAGE =
   "usage: npm run bench:stage-anatomy -- SCENARIO.yaml --router NAME [--config FILE] [--max-num-seqs N] [--seed N] [--replicas]";
 
-const { values: args, positionals } = parseArgs({
+const { values: args, positionals } = parseBenchArgs("bench:stage-anatomy", USAGE, {
   allowPositionals: true,
   options: {
     router: { type: "string" },

@@ -12,17 +12,18 @@
  *
  *   npm run bench:stage-slack -- scenarios/shared-prefix-73.yaml [--seed N] [--stages 9,16]
  */
-import { parseArgs } from "node:util";
+
 import { computeLimits } from "../sim/fleet/limits.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { type RelaxedJob, relaxedSchedule } from "../sim/fleet/relaxed-schedule.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
 import { limitsFleet, scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import { table } from "./format.ts";
 
 const USAGE = "usage: npm run bench:stage-slack -- SCENARIO.yaml [--seed N] [--stages I,J,...]";
 
-const { values: args, positionals } = parseArgs({
+const { values: args, positionals } = parseBenchArgs("bench:stage-slack", USAGE, {
   allowPositionals: true,
   options: { seed: { type: "string" }, stages: { type: "string" } },
 });

@@ -9,17 +9,21 @@
  *   npm run bench:ttft-anatomy -- scenarios/flow-noisy-neighbour.yaml --router vtc-reserve --stream b-flood
  *     [--long-tokens 1024] [--seed N] [--top 15]
  */
-import { parseArgs } from "node:util";
+
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
 import { replicaId } from "../sim/fleet/replica.ts";
 import { loadScenario } from "../sim/fleet/scenario.ts";
 import { scenarioFleetOptions, scenarioWorkload } from "../sim/fleet/simulate.ts";
+import { parseBenchArgs } from "./cli-args.ts";
 import { table } from "./format.ts";
 import { type AnatomyRequest, type AnatomyStep, anatomy } from "./ttft-anatomy.ts";
 
-const { values: args, positionals } = parseArgs({
+const USAGE =
+  "usage: npm run bench:ttft-anatomy -- SCENARIO.yaml --router NAME --stream NAME [--long-tokens N] [--seed N] [--top N]";
+
+const { values: args, positionals } = parseBenchArgs("bench:ttft-anatomy", USAGE, {
   allowPositionals: true,
   options: {
     router: { type: "string" },
@@ -32,10 +36,7 @@ const { values: args, positionals } = parseArgs({
 
 async function main(): Promise<void> {
   const file = positionals[0];
-  if (file === undefined || args.router === undefined || args.stream === undefined)
-    throw new Error(
-      "usage: npm run bench:ttft-anatomy -- SCENARIO.yaml --router NAME --stream NAME [--long-tokens N] [--seed N] [--top N]",
-    );
+  if (file === undefined || args.router === undefined || args.stream === undefined) throw new Error(USAGE);
   const longTokens = Number(args["long-tokens"]);
   const top = Number(args.top);
   if (!(Number.isInteger(longTokens) && longTokens > 0))

@@ -7,11 +7,13 @@
  */
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { parseArgs } from "node:util";
+import { parseBenchArgs } from "../cli-args.ts";
 import { chromiumMissing, openPage } from "./browser.ts";
 import { startDashboardFleet } from "./fleet.ts";
 
-const { values: args } = parseArgs({
+const USAGE = "usage: npm run screenshot:dashboard -- [--seconds 45] [--users 60] [--out docs/dashboard.png]";
+
+const { values: args } = parseBenchArgs("screenshot:dashboard", USAGE, {
   options: {
     seconds: { type: "string", default: "45" },
     users: { type: "string", default: "60" },

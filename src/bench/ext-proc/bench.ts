@@ -25,17 +25,22 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import { dirname, resolve } from "node:path";
-import { parseArgs } from "node:util";
+import { parseBenchArgs } from "../cli-args.ts";
 import { table } from "../format.ts";
 import { chatBodies, encodeBodies } from "./bench-bodies.ts";
 import { spawnEpp, spawnFakeFleet } from "./bench-fleet.ts";
 import { type LevelResult, runLevel } from "./bench-load.ts";
 import { type CapResult, proxyCapDemo } from "./bench-proxy-cap.ts";
 
+const USAGE = `usage: npm run bench:ext-proc -- [--levels 1,64,1024,10000] [--duration 10] [--warmup 3] [--endpoints 8]
+  [--streams-per-connection 256] [--body-bytes 40000] [--chunk-bytes 62000] [--groups 16] [--plaintext]
+  [--request-timeout 600] [--proxy-demo 2048] [--proxy-hold-ms 3000]
+  [--json results/bench-ext-proc.json] [-- <extra kvgate epp flags>]`;
+
 const TARGET_RATE = 3000;
 const TARGET_P99_MS = 5;
 
-const { values: args, positionals } = parseArgs({
+const { values: args, positionals } = parseBenchArgs("bench:ext-proc", USAGE, {
   allowPositionals: true,
   options: {
     levels: { type: "string", default: "1,64,1024,10000" },

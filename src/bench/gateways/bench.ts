@@ -19,15 +19,19 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { availableParallelism, loadavg } from "node:os";
 import { dirname, resolve } from "node:path";
-import { parseArgs } from "node:util";
 import { parsePromText, sumOf } from "../../datalayer/prom-text.ts";
 import { type Child, cpuSecondsOf, simReplicaArgs, spawnKvgate, stopAll } from "../../sim/launcher.ts";
+import { parseBenchArgs } from "../cli-args.ts";
 import { runBench } from "../driver.ts";
 import { buildRun } from "../run.ts";
 import { generateWorkload, resolveWorkloadSpec } from "../workloads/spec.ts";
 import { formatTable, type GatewayRun } from "./table.ts";
 
-const { values: a } = parseArgs({
+const USAGE = `usage: npm run bench:gateways -- [--gateways 1,2,4,8] [--replicas 4] [--profile llama-3.1-8b-h100]
+  [--time-scale 0.5] [--requests 480] [--rate 32] [--groups 24] [--seed 42] [--nats-server PATH]
+  [--json results/bench-gateways.json]`;
+
+const { values: a } = parseBenchArgs("bench:gateways", USAGE, {
   options: {
     gateways: { type: "string", default: "1,2,4,8" },
     replicas: { type: "string", default: "4" },

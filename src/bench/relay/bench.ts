@@ -24,15 +24,19 @@ import { mkdirSync, mkdtempSync, realpathSync, rmSync, symlinkSync, writeFileSyn
 import { loadavg, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
 import { type Child, cpuSecondsOf, spawnKvgate, stopAll } from "../../sim/launcher.ts";
+import { parseBenchArgs } from "../cli-args.ts";
 import { generateWorkload, resolveWorkloadSpec } from "../workloads/spec.ts";
+
+const USAGE = `usage: npm run bench:relay -- [--baseline REV] [--rounds 5] [--upstreams 4] [--streams 150]
+  [--tokens 300] [--step-ms 20] [--requests 300] [--concurrency 50] [--idle-s 2]
+  [--cpu-prof DIR] [--json results/bench-relay.json]`;
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const UPSTREAM = fileURLToPath(new URL("./upstream.ts", import.meta.url));
 
-const { values: a } = parseArgs({
+const { values: a } = parseBenchArgs("bench:relay", USAGE, {
   options: {
     baseline: { type: "string" },
     rounds: { type: "string", default: "5" },

@@ -11,9 +11,11 @@
  */
 import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { parseArgs } from "node:util";
+import { parseBenchArgs } from "../cli-args.ts";
 
-const { values: a } = parseArgs({
+const USAGE = "usage: node --import tsx src/bench/relay/upstream.ts [--step-ms 20] [--model relay-bench]";
+
+const { values: a } = parseBenchArgs("bench:relay upstream", USAGE, {
   options: {
     "step-ms": { type: "string", default: "20" },
     model: { type: "string", default: "relay-bench" },

@@ -38,12 +38,16 @@ import { connect as connectH2 } from "node:http2";
 import os from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
+import { parseBenchArgs } from "../cli-args.ts";
 import { type StreamResult, streamRequest, streamRequestH2 } from "./stream-client.ts";
+
+const USAGE = `usage: npm run bench:streams -- [--streams 10000] [--replicas 8] [--time-scale 0.05] [--max-tokens 64]
+  [--ramp-per-s 1000] [--limit 500] [--extra 200] [--json results/bench-streams.json]
+  [--http2 [--sessions 100]]`;
 
 const KVGATE = fileURLToPath(new URL("../../../bin/kvgate", import.meta.url));
 
-const { values: a } = parseArgs({
+const { values: a } = parseBenchArgs("bench:streams", USAGE, {
   options: {
     streams: { type: "string", default: "10000" },
     replicas: { type: "string", default: "8" },
