@@ -25,7 +25,8 @@
  * which replace the last ones from it, and a peer silent for staleAfterSeconds counts for nothing).
  * Counted per gateway, 8 synced gateways each dealt their own eighth of the groups evenly and the sum
  * was not: on gateways-sync (the 150 × 5 shape) the default with 8 synced gateways made 7,477 output
- * tokens/s against 8,285 with one (seeds 7, 3, 1: −9.9%, −4.5%, −4.7%); with the counts shared, 8,298.
+ * tokens/s against 8,285 with one (seeds 7, 3, 1: −9.9%, −4.5%, −4.7%); with the counts shared,
+ * 8,298 (8,289 with maxDecodeLoadRatio, below).
  * Gateways that do not sync each deal out only the groups they saw first (on the 150 × 5 run with 8
  * unsynced gateways precise lost 0.6% with it). A prefix evicted and founded again counts twice.
  *
