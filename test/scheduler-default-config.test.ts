@@ -1,7 +1,8 @@
 // The behaviours kvgate's default config (config/examples/default.yaml) is built on, pinned one by
 // one: KV pressure breaks a tie between replicas that both hold the prefix, a cold idle replica does
-// not steal a warm request, and the affinity gate's release uses each replica's learned prefill
-// rate. Plus the estimator behind that rate.
+// not steal a warm request, the affinity gate's release uses each replica's learned prefill rate,
+// and a new document is not founded on a replica decoding past twice the mean. Plus the estimator
+// behind that rate.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { before, describe, it } from "node:test";
@@ -135,6 +136,35 @@ plugins:
       winners.add(s.schedule(completion("q", "hi"), pool, 3).target?.id ?? "none");
     }
     assert.ok(winners.has("a:1"), `winners ${[...winners]}`);
+  });
+});
+
+describe("default config: new documents are not founded on a replica decoding far above the rest", () => {
+  /** A document of a few thousand tokens, distinct from its first block on. */
+  const doc = (i: number, q = "summary?") => `document ${i}: ${"a long contract clause. ".repeat(400)}${q}`;
+  /** Homes a 2, b 2, c 1 (c homes the fewest); c decodes one of its document's requests. */
+  async function founder(config: string) {
+    const { scheduler } = await createScheduler(config, { hasher: h, seed: 3 });
+    const [a, b, c] = [endpoint("a:1"), endpoint("b:1"), endpoint("c:1")];
+    await warm(scheduler, completion("d1", doc(1)), a, 0);
+    await warm(scheduler, completion("d1b", doc(1, "risks?")), a, 1); // a hit: prompts are reused
+    await warm(scheduler, completion("d2", doc(2)), a, 2);
+    await warm(scheduler, completion("d3", doc(3)), b, 3);
+    await warm(scheduler, completion("d4", doc(4)), b, 4);
+    await warm(scheduler, completion("d5", doc(5)), c, 5);
+    await decoding(scheduler, completion("d5b", doc(5, "risks?")), c, 6);
+    const m = { kvCacheUsagePercent: 0.2, cacheNumBlocks: 100_000, cacheBlockSize: 16, updateTime: 7 };
+    const pool = [endpoint("a:1", m), endpoint("b:1", m), endpoint("c:1", m)];
+    return scheduler.schedule(completion("d6", doc(6)), pool, 7).target?.id;
+  }
+
+  it("goes to a replica homing more, when the one homing the fewest decodes past twice the mean", async () => {
+    // c's decode load is all of the fleet's: three times the mean.
+    assert.notEqual(await founder(DEFAULT), "c:1");
+    // Without maxDecodeLoadRatio the count wins over load (prefix-home-balance-scorer weighs 4).
+    const plain = DEFAULT.replace(/\n {2}parameters:\n {4}maxDecodeLoadRatio: 2\n/, "\n");
+    assert.notEqual(plain, DEFAULT);
+    assert.equal(await founder(plain), "c:1");
   });
 });
 
