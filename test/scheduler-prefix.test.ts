@@ -157,6 +157,15 @@ describe("approx-prefix-cache-producer", () => {
       }
     });
 
+    it("spreads its synthetic blocks over the index's hash table, so lookups stay short", () => {
+      // 20,000 churn blocks live at once. Their hashes once were a counter: consecutive low halves
+      // filled one run of slots as long as that, which every real block landing in it probed through.
+      const p = producer({ autoTune: false, lruCapacityPerServer: 100_000, countOutputTokens: true });
+      for (let i = 0; i < 20; i++) answer(p, `long${i}`, 64_000);
+      assert.ok(p.index.blocksOf("a:1") >= 20_000, `${p.index.blocksOf("a:1")} blocks`);
+      assert.ok(p.index.longestProbeRun < 200, `longest run ${p.index.longestProbeRun}`);
+    });
+
     it("frees a request's prompt blocks young at its end, however much was allocated while it decoded", () => {
       const p = producer({ ...params, countOutputTokens: true });
       pick(p, "doc");

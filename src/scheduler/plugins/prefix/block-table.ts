@@ -4,7 +4,9 @@
  * or two cache lines of the table and allocates nothing; a JS Map keyed by the hash's low bits,
  * with collision chains through the block records, cost several Map operations per new block
  * (learning a cold 8k-token prompt: hundreds). The low half of an xxh64 hash is uniformly
- * distributed, so it is the probe start as it is.
+ * distributed, so it is the probe start as it is; keys made up by callers must be spread as well
+ * (producer.ts's churn blocks): consecutive low halves fill one run of slots that every other key
+ * landing in it probes through.
  */
 
 const EMPTY = -1;
@@ -71,6 +73,20 @@ export class BlockTable {
     }
     t[i * SLOT + 2] = EMPTY;
     this.#size--;
+  }
+
+  /** The longest run of occupied slots: the most a lookup can probe (a diagnostic, O(table)). */
+  longestRun(): number {
+    const t = this.#t;
+    const slots = this.#mask + 1;
+    let best = 0;
+    let run = 0;
+    // Twice round, so a run that wraps past the last slot is counted whole.
+    for (let k = 0; k < 2 * slots && run < slots; k++) {
+      run = t[(k & this.#mask) * SLOT + 2] === EMPTY ? 0 : run + 1;
+      if (run > best) best = run;
+    }
+    return best;
   }
 
   #place(lo: number, hi: number, b: number): void {

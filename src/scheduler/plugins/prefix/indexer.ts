@@ -172,6 +172,11 @@ export class ApproxPrefixIndex {
     return this.#endpoints.size;
   }
 
+  /** The hash table's longest run of occupied slots (block-table.ts), for tests and diagnostics. */
+  get longestProbeRun(): number {
+    return this.#table.longestRun();
+  }
+
   blocksOf(endpointId: string): number {
     return this.#endpoints.get(endpointId)?.size ?? 0;
   }
