@@ -68,6 +68,9 @@ Options:
   --calls N             timed decisions per cell and rep (default 4000)
   --warmup N            untimed decisions before them (default 3000)
   --repeat N            min-of-N diagnostic pass per request; 1 = off (default 3)
+  --answer-tokens N     output tokens each in-flight request reports as it ends, as the gateway
+                        passes a response's usage on (countOutputTokens then ages the default's
+                        index by them); 0: none reported (default 0)
   --endpoints LIST      endpoint counts (default 8,64,256)
   --configs LIST        config/examples names; suffixes: ~approx (a precise config with the
                         approximate producer), ~home (a locality config that never spills),
@@ -93,6 +96,7 @@ const { values: args } = parseBenchArgs("bench:picker", USAGE, {
     calls: { type: "string", default: "4000" },
     warmup: { type: "string", default: "3000" },
     repeat: { type: "string", default: "3" },
+    "answer-tokens": { type: "string", default: "0" },
     endpoints: { type: "string", default: "8,64,256" },
     configs: {
       type: "string",
@@ -129,6 +133,7 @@ const reps = quick ? 2 : posInt("reps", args.reps);
 const calls = quick ? 1000 : posInt("calls", args.calls);
 const warmup = quick ? 1000 : posInt("warmup", args.warmup);
 const repeat = posInt("repeat", args.repeat);
+const answerTokens = args["answer-tokens"] === "0" ? 0 : posInt("answer-tokens", args["answer-tokens"]);
 const sizes = list("endpoints", args.endpoints);
 const configs = (args.configs ?? "").split(",").map((s) => s.trim());
 const coldConfigs = (args["cold-configs"] ?? "")
@@ -439,7 +444,16 @@ async function main(): Promise<void> {
         cell.cold ? cold : feed !== undefined ? tokenized : workload,
         cell.cold ? coldWarm : warmSpecs,
         cell.cold ? coldTimed : timedSpecs,
-        { calls, scrapeEvery: 50, inflight: Math.min(4 * cell.n, 512), dt: 0.002, repeat, feed, shadow },
+        {
+          calls,
+          scrapeEvery: 50,
+          inflight: Math.min(4 * cell.n, 512),
+          dt: 0.002,
+          repeat,
+          feed,
+          shadow,
+          answerTokens,
+        },
         7 + rep,
       );
       runs.set(keyOf(cell), [...(runs.get(keyOf(cell)) ?? []), run]);
@@ -525,6 +539,7 @@ async function main(): Promise<void> {
       calls,
       warmup,
       repeat,
+      answerTokens,
       endpoints: sizes,
       configs,
       coldConfigs,

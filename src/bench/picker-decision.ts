@@ -14,7 +14,12 @@ export interface BenchScheduler {
   schedule(req: RequestFacts, candidates: readonly EndpointState[], now: number): ScheduleResult;
   onPicked(req: RequestFacts, result: ScheduleResult, now: number): void;
   onResponseStarted(req: RequestFacts, endpointId: string, now: number): void;
-  onResponseComplete(req: RequestFacts, endpointId: string, now: number): void;
+  onResponseComplete(
+    req: RequestFacts,
+    endpointId: string,
+    now: number,
+    info?: { outputTokens?: number },
+  ): void;
   stats(): Record<string, Record<string, number>>;
   /** Between-request measurements (Scheduler.refresh); absent on copies older than it. */
   refresh?(now: number): void;
@@ -247,6 +252,8 @@ export interface DecisionRunOptions {
   scrapeEvery: number;
   /** In-flight window: requests complete FIFO once more than this many are in flight. */
   inflight: number;
+  /** Output tokens each request reports as it ends (the gateway's usage read); 0 or absent: none. */
+  answerTokens?: number;
   /** Seconds of virtual time between decisions. */
   dt: number;
   /**
@@ -333,7 +340,7 @@ export function runDecisions(
 ): DecisionRun {
   const rng = createRng(seed);
   let now = 1000;
-  const inflight = inflightWindow(scheduler, o.inflight);
+  const inflight = inflightWindow(scheduler, o.inflight, o.answerTokens ?? 0);
   const shadow = o.shadow === undefined ? null : shadowRunner(o.shadow, endpoints, workload, o.inflight);
   scrape(endpoints, rng, now);
   const feed = o.feed;
@@ -430,7 +437,9 @@ function shadowRunner(
 function inflightWindow(
   scheduler: BenchScheduler,
   size: number,
+  answerTokens = 0,
 ): { add(req: RequestFacts, r: ScheduleResult, now: number): void } {
+  const info = answerTokens > 0 ? { outputTokens: answerTokens } : undefined;
   const inflight: { req: RequestFacts; id: string }[] = [];
   let head = 0;
   return {
@@ -439,7 +448,7 @@ function inflightWindow(
       while (inflight.length - head > size) {
         const f = inflight[head++];
         scheduler.onResponseStarted(f.req, f.id, now);
-        scheduler.onResponseComplete(f.req, f.id, now);
+        scheduler.onResponseComplete(f.req, f.id, now, info);
       }
       if (head > 4096) {
         inflight.splice(0, head);
