@@ -9,7 +9,6 @@
  *   npm run bench:ttft-anatomy -- scenarios/flow-noisy-neighbour.yaml --router vtc-reserve --stream b-flood
  *     [--long-tokens 1024] [--seed N] [--top 15]
  */
-
 import { createScheduler } from "../scheduler/scheduler.ts";
 import { runFleet } from "../sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../sim/fleet/prompt-tokens.ts";
