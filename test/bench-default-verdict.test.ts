@@ -1,11 +1,12 @@
 /**
  * bench:default-verdict's judgement: each figure against the best other router on that figure, the
  * margins (2% throughput, 10% TTFT) applied at their edges, warm-up stages skipped, a stage missing
- * from a router's run compared only among those that have it.
+ * from a router's run compared only among those that have it; several draws judged by each router's
+ * median figures.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compare, verdict } from "../src/bench/default-verdict.ts";
+import { compare, median, medianRuns, verdict } from "../src/bench/default-verdict.ts";
 
 const stage = (index: number, out: number, p90: number, p99: number, warmup = false) => ({
   index,
@@ -59,4 +60,65 @@ test("a run is judged overall and in every measured stage; warm-up stages are sk
 
 test("a scenario without the default router is refused with what to do", () => {
   assert.throws(() => verdict([run("other", 1, 1, 1, [])]), /no router "default".*must list it/);
+});
+
+test("median: the middle value, or the mean of the middle two", () => {
+  assert.equal(median([3, 1, 2]), 2);
+  assert.equal(median([4, 1, 3, 2]), 2.5);
+  assert.equal(median([7]), 7);
+  assert.throws(() => median([]), /median of nothing/);
+});
+
+test("draws are judged by each router's median figure, per figure and per stage", () => {
+  // The default's first draw is unlucky in stage 2; the other router is steady.
+  const draws = [
+    [
+      run("default", 1000, 1.0, 2.0, [stage(0, 1, 9, 9, true), stage(1, 400, 1.0, 3.0)]),
+      run("other", 1000, 1.0, 2.0, [stage(0, 1, 9, 9, true), stage(1, 500, 1.0, 2.0)]),
+    ],
+    [
+      run("default", 1010, 0.9, 2.2, [stage(0, 1, 9, 9, true), stage(1, 505, 1.1, 1.9)]),
+      run("other", 990, 1.1, 2.0, [stage(0, 1, 9, 9, true), stage(1, 500, 1.0, 2.0)]),
+    ],
+    [
+      run("default", 990, 1.2, 1.8, [stage(0, 1, 9, 9, true), stage(1, 510, 0.9, 2.0)]),
+      run("other", 1005, 1.0, 2.1, [stage(0, 1, 9, 9, true), stage(1, 500, 1.0, 2.0)]),
+    ],
+  ];
+  assert.ok(
+    verdict(draws[0]).some((c) => !c.pass),
+    "the unlucky draw alone misses",
+  );
+  const [mine, other] = medianRuns(draws);
+  assert.equal(mine.router, "default");
+  assert.deepEqual(
+    [mine.output_tokens_per_s, mine.ttft_p90_s, mine.ttft_p99_s],
+    [1000, 1.0, 2.0],
+    "each figure its own median",
+  );
+  assert.deepEqual(
+    [mine.stages[1].output_tokens_per_s, mine.stages[1].ttft_p90_s, mine.stages[1].ttft_p99_s],
+    [505, 1.0, 2.0],
+  );
+  assert.equal(mine.stages[0].warmup, true, "a warm-up stage stays one");
+  assert.equal(other.output_tokens_per_s, 1000);
+  assert.deepEqual(
+    verdict([mine, other]).filter((c) => !c.pass),
+    [],
+  );
+});
+
+test("a stage some draws lack is the median of those that have it", () => {
+  const [mine] = medianRuns([
+    [run("default", 1, 1, 1, [stage(1, 100, 1, 1), stage(2, 10, 1, 1)])],
+    [run("default", 1, 1, 1, [stage(1, 300, 1, 1)])],
+    [run("default", 1, 1, 1, [stage(1, 200, 1, 1), stage(2, 30, 1, 1)])],
+  ]);
+  assert.deepEqual(
+    mine.stages.map((s) => [s.index, s.output_tokens_per_s]),
+    [
+      [1, 200],
+      [2, 20],
+    ],
+  );
 });

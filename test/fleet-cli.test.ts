@@ -64,6 +64,41 @@ workload:
     for (const x of res.runs) assert.equal(x.stages.length, 2);
   });
 
+  it("--router-seed redraws the routers' random choices over the same traffic", async () => {
+    const file = join(dir, "draws.yaml");
+    writeFileSync(
+      file,
+      `name: draws
+seed: 5
+fleet: { replicas: 4, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
+routers:
+  - { name: random, config: ${join(EXAMPLES, "random.yaml")} }
+workload:
+  workload: shared-prefix
+  numRequests: 120
+  arrival: { type: stages, stages: [{ rate: 10, duration: 2, warmup: true }, { rate: 30, duration: 3 }], barrier: true, interval: 1 }
+  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 600, questionLen: 30, outputLen: 40 }
+`,
+    );
+    const sim = async (extra: string[]) => {
+      const out = join(dir, `draws${extra.join("")}.json`);
+      const r = await kvgate(["simulate", file, "--jobs", "1", "--json", out, ...extra]);
+      assert.equal(r.code, 0, r.stderr);
+      return { res: parseResultsFile(readFileSync(out, "utf8")), stderr: r.stderr };
+    };
+    const own = await sim([]);
+    const same = await sim(["--router-seed", "5"]);
+    const other = await sim(["--router-seed", "6"]);
+    const figures = (x: typeof own) => x.res.runs[0].stages;
+    const limits = (x: typeof own) => (x.res as unknown as { limits: unknown }).limits;
+    assert.deepEqual(figures(same), figures(own), "the scenario's own seed as router seed changes nothing");
+    assert.deepEqual(limits(other), limits(own), "the workload is the same");
+    assert.notDeepEqual(figures(other), figures(own), "another router seed places the requests otherwise");
+    assert.match(other.stderr, /seed 5, router seed 6/);
+    assert.equal((other.res.scenario as { router_seed?: number }).router_seed, 6);
+    assert.equal((own.res.scenario as { router_seed?: number }).router_seed, undefined);
+  });
+
   it("exits 2 with a message naming the field for a bad scenario", async () => {
     const file = join(dir, "bad.yaml");
     writeFileSync(file, "name: bad\nseed: 1\nfleet: { replicas: 2, profile: llama-3.1-8b-h100, gpus: 4 }\n");

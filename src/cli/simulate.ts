@@ -39,6 +39,7 @@ interface Flags {
   routers?: string[];
   quick?: boolean;
   seed?: number;
+  routerSeed?: number;
 }
 
 const list = (v: string): string[] =>
@@ -51,20 +52,25 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
   const fail = (msg: string): never => cmd.error(`error: ${msg}`, { exitCode: 2 });
   if (isAutoscaleFile(file) && f.seed !== undefined)
     return fail("--seed is not supported for autoscaling scenarios yet: change seed: in the file instead");
+  if (isAutoscaleFile(file) && f.routerSeed !== undefined)
+    return fail(
+      "--router-seed is not supported for autoscaling scenarios yet: their router is seeded by seed: in the file; drop the flag",
+    );
   if (isAutoscaleFile(file))
     return simulateAutoscale(file, f).catch((e) =>
       e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
     );
   let sc: Scenario;
   try {
-    sc = loadScenario(file, { seed: f.seed });
+    sc = loadScenario(file, { seed: f.seed, routerSeed: f.routerSeed });
   } catch (e) {
     if (e instanceof ScenarioError) return fail(e.message);
     throw e;
   }
   console.error(
     `scenario ${sc.name}: ${sc.fleet.replicas} × ${sc.fleet.profile.name}, ${sc.kvTokens} KV tokens each; ` +
-      `workload ${sc.workload.preset ?? sc.workload.workload}${f.quick ? " (quick: a tenth)" : ""}; seed ${sc.seed}`,
+      `workload ${sc.workload.preset ?? sc.workload.workload}${f.quick ? " (quick: a tenth)" : ""}; seed ${sc.seed}` +
+      (sc.routerSeed !== undefined ? `, router seed ${sc.routerSeed}` : ""),
   );
   let res: Awaited<ReturnType<typeof simulate>>;
   try {
@@ -72,6 +78,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
       routers: f.routers,
       quick: f.quick,
       seed: f.seed,
+      routerSeed: f.routerSeed,
       jobs: f.jobs,
       onRouterStart: (name, i, n) => console.error(`[${i + 1}/${n}] ${name} ...`),
       onRouterDone: (o) => {
@@ -116,6 +123,11 @@ export function registerSimulate(program: Command): Command {
     .option(
       "--seed <n>",
       "replace the scenario's seed (and its workload's): the same traffic shape with other draws",
+      nonNegative,
+    )
+    .option(
+      "--router-seed <n>",
+      "seed the routers' random draws (tie-breaks, random picks) apart from --seed: the same traffic with other placements",
       nonNegative,
     )
     .option(

@@ -17,6 +17,8 @@ export interface WorkerRequest {
   quick: boolean;
   /** The scenario's seed replaced (kvgate simulate --seed). */
   seed?: number;
+  /** The routers' seed set apart (kvgate simulate --router-seed). */
+  routerSeed?: number;
   /** Also send back the workload's spec and limits (computed before the router runs). */
   limits: boolean;
 }
@@ -68,6 +70,7 @@ export async function runRoutersInWorkers(
             router: r.name,
             quick: o.quick,
             seed: o.seed,
+            routerSeed: o.routerSeed,
             limits: first,
           } satisfies WorkerRequest);
         });

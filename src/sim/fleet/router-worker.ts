@@ -12,9 +12,9 @@ import { limitsFleet, type RouterContext, runRouter, scenarioWorkload } from "./
 let cached: { key: string; sc: Scenario; ctx: RouterContext } | null = null;
 
 function context(req: WorkerRequest): { sc: Scenario; ctx: RouterContext } {
-  const key = `${req.file}\n${req.quick}\n${req.seed}`;
+  const key = `${req.file}\n${req.quick}\n${req.seed}\n${req.routerSeed}`;
   if (cached?.key !== key) {
-    const sc = loadScenario(req.file, { seed: req.seed });
+    const sc = loadScenario(req.file, { seed: req.seed, routerSeed: req.routerSeed });
     const { spec, workload } = scenarioWorkload(sc, req.quick);
     const tokenizer = new PromptTokenizer();
     cached = {

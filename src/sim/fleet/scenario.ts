@@ -158,6 +158,8 @@ export interface Scenario {
   name: string;
   description: string;
   seed: number;
+  /** The routers' seed when set apart from `seed` (ScenarioOverrides.routerSeed); else `seed`. */
+  routerSeed?: number;
   /** The scenario file, or "(inline)". */
   origin: string;
   /** The scenario's fleet: its first pool (the whole fleet when it has one pool). */
@@ -197,13 +199,18 @@ function zodFail(origin: string, e: z.ZodError): never {
   return fail(origin, path, message);
 }
 
-/** Parses and resolves a scenario's YAML text; `file` anchors relative paths. Throws ScenarioError. */
 /** What `kvgate simulate` may change in a scenario from its command line. */
 export interface ScenarioOverrides {
   /** Replaces the scenario's seed and its workload's (regions without a seed of their own follow it). */
   seed?: number;
+  /**
+   * Seeds the routers' own random draws (tie-breaks, random picks) apart from the scenario's seed:
+   * the same traffic and engines, with other placement draws.
+   */
+  routerSeed?: number;
 }
 
+/** Parses and resolves a scenario's YAML text; `file` anchors relative paths. Throws ScenarioError. */
 export function parseScenario(text: string, file?: string, overrides: ScenarioOverrides = {}): Scenario {
   const origin = file ?? "(inline)";
   let raw: unknown;
@@ -218,7 +225,12 @@ export function parseScenario(text: string, file?: string, overrides: ScenarioOv
     parsed.data.seed = overrides.seed;
     (parsed.data.workload as { seed?: number }).seed = overrides.seed;
   }
-  return resolveScenario(parsed.data, origin, file === undefined ? process.cwd() : dirname(resolve(file)));
+  const sc = resolveScenario(
+    parsed.data,
+    origin,
+    file === undefined ? process.cwd() : dirname(resolve(file)),
+  );
+  return overrides.routerSeed === undefined ? sc : { ...sc, routerSeed: overrides.routerSeed };
 }
 
 /** Reads and parses a scenario file. */

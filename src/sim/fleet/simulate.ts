@@ -32,6 +32,8 @@ export interface SimulateOptions {
   quick?: boolean;
   /** The seed the scenario was loaded with (loadScenario's override), for workers that load it again. */
   seed?: number;
+  /** The routers' seed it was loaded with (loadScenario's override), likewise. */
+  routerSeed?: number;
   onRouterStart?(name: string, index: number, total: number): void;
   onRouterDone?(outcome: RouterOutcome): void;
   /**
@@ -148,6 +150,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       description: sc.description,
       file: sc.origin,
       seed: sc.seed,
+      ...(sc.routerSeed !== undefined ? { router_seed: sc.routerSeed } : {}),
       quick: opts.quick === true,
       fleet: {
         replicas: sc.fleet.replicas,
@@ -200,15 +203,16 @@ export async function runRouter(
   ctx: RouterContext,
 ): Promise<RouterOutcome> {
   const { spec, workload, tokenizer, limits } = ctx;
+  const routerSeed = sc.routerSeed ?? sc.seed;
   const w0 = performance.now();
   const c0 = threadCpuSeconds();
   let created: Awaited<ReturnType<typeof createScheduler>>;
   const peers: Scheduler[] = [];
   try {
-    created = await createScheduler(r.configText, { seed: sc.seed });
+    created = await createScheduler(r.configText, { seed: routerSeed });
     // More gateway replicas: one scheduler each, seeded apart (gateways.ts).
     for (let k = 1; k < (r.gateways?.replicas ?? 1); k++)
-      peers.push((await createScheduler(r.configText, { seed: sc.seed + k })).scheduler);
+      peers.push((await createScheduler(r.configText, { seed: routerSeed + k })).scheduler);
   } catch (err) {
     throw new ScenarioError(
       `scenario ${sc.origin}: router "${r.name}" (${r.source}): ${(err as Error).message}`,
@@ -262,6 +266,7 @@ export async function runRouter(
     cached_token_rate: promptAll > 0 ? cachedAll / promptAll : null,
     simulation: {
       seed: sc.seed,
+      ...(sc.routerSeed !== undefined ? { router_seed: sc.routerSeed } : {}),
       end_time_s: res.endTime,
       events: res.counters.events,
       steps: res.counters.steps,
