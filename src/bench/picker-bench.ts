@@ -118,10 +118,12 @@ if (args.help === true) {
   process.exit(0);
 }
 
-function posInt(name: string, v: string | undefined): number {
+/** `v` as an integer ≥ `min` (1 unless given), or a usage error naming the flag. */
+function posInt(name: string, v: string | undefined, min = 1): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) {
-    process.stderr.write(`bench:picker: --${name} must be a positive integer, got ${v} (see --help)\n`);
+  if (!Number.isInteger(n) || n < min) {
+    const what = min === 0 ? "a non-negative integer" : "a positive integer";
+    process.stderr.write(`bench:picker: --${name} must be ${what}, got ${v} (see --help)\n`);
     process.exit(2);
   }
   return n;
@@ -133,7 +135,7 @@ const reps = quick ? 2 : posInt("reps", args.reps);
 const calls = quick ? 1000 : posInt("calls", args.calls);
 const warmup = quick ? 1000 : posInt("warmup", args.warmup);
 const repeat = posInt("repeat", args.repeat);
-const answerTokens = args["answer-tokens"] === "0" ? 0 : posInt("answer-tokens", args["answer-tokens"]);
+const answerTokens = posInt("answer-tokens", args["answer-tokens"], 0);
 const sizes = list("endpoints", args.endpoints);
 const configs = (args.configs ?? "").split(",").map((s) => s.trim());
 const coldConfigs = (args["cold-configs"] ?? "")
