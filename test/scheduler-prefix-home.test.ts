@@ -4,7 +4,8 @@
  * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
  * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
  * config's), an endpoint decoding past that multiple of the mean founds nothing; with
- * kvUsageTieBreak (the default config's), the fewest-homed are ranked by scraped KV use.
+ * loadTieBreak (the default config's), the fewest-homed are ranked by scraped load (requests
+ * waiting, then KV use).
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -92,35 +93,77 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(scores(plain, 32), [0, 0.5, 1]);
   });
 
-  it("with kvUsageTieBreak, the fewest-homed are ranked by scraped KV use, below no endpoint homing more", () => {
-    const s = mk({ kvUsageTieBreak: 0.5 });
+  it("with loadTieBreak, the fewest-homed are ranked by scraped load (waiting, then KV use), below no endpoint homing more", () => {
+    const s = mk({ loadTieBreak: 0.5 });
     pick(s, 32, eps[0]);
     pick(s, 32, eps[0], { "a:1": 32 });
-    // Homes 1, 0, 0: b and c tie on the fewest.
-    const withKv = (kv: (number | null)[], list = eps) => {
-      const e = list.map((x, i) =>
-        endpoint(x.id, kv[i] === null ? null : { kvCacheUsagePercent: kv[i] as number }),
-      );
+    // Homes 1, 0, 0: b and c tie on the fewest. Metrics per endpoint: [waiting, KV use], or null.
+    const withLoad = (m: ([number, number] | null)[], list = eps) => {
+      const e = list.map((x, i) => {
+        const v = m[i];
+        return endpoint(x.id, v === null ? null : { waitingQueueSize: v[0], kvCacheUsagePercent: v[1] });
+      });
       const x = cycleFor(completion("r", "p"), e);
       x.set(prefixKey("p"), prefixInfo(32, 64, {}));
       return Array.from(s.score(x, e));
     };
-    // c uses more KV than b: b scores 1, c 1 − 0.5; a, a home more, 0 even with the least KV use.
-    assert.deepEqual(withKv([0, 0.2, 0.6]), [0, 1, 0.5]);
-    assert.deepEqual(withKv([0, 0.6, 0.2]), [0, 0.5, 1]);
-    // Equal use (or none scraped anywhere): the tie is left to the other scorers.
-    assert.deepEqual(withKv([0, 0.4, 0.4]), [0, 1, 1]);
-    assert.deepEqual(withKv([null, null, null]), [0, 1, 1]);
-    // An endpoint without metrics counts as the most used of the tied.
-    assert.deepEqual(withKv([0, null, 0.3]), [0, 0.5, 1]);
+    // c uses more KV than b: b scores 1, c 1 − 0.5; a, a home more, 0 even with the least load.
+    assert.deepEqual(
+      withLoad([
+        [0, 0],
+        [0, 0.2],
+        [0, 0.6],
+      ]),
+      [0, 1, 0.5],
+    );
+    assert.deepEqual(
+      withLoad([
+        [0, 0],
+        [0, 0.6],
+        [0, 0.2],
+      ]),
+      [0, 0.5, 1],
+    );
+    // A request waiting outweighs any KV use: b, with one waiting and little KV in use, loses.
+    assert.deepEqual(
+      withLoad([
+        [0, 0],
+        [1, 0.1],
+        [0, 0.9],
+      ]),
+      [0, 0.5, 1],
+    );
+    // Equal load (or none scraped anywhere): the tie is left to the other scorers.
+    assert.deepEqual(
+      withLoad([
+        [0, 0],
+        [0, 0.4],
+        [0, 0.4],
+      ]),
+      [0, 1, 1],
+    );
+    assert.deepEqual(withLoad([null, null, null]), [0, 1, 1]);
+    // An endpoint without metrics counts as the most loaded of the tied.
+    assert.deepEqual(withLoad([[0, 0], null, [3, 0.3]]), [0, 0.5, 1]);
     // Homes 2, 1, 0, 0 (a fourth endpoint): the middle one is scaled by 1 − 0.5, under every tied one.
     pick(s, 32, eps[0]);
     pick(s, 32, eps[1]);
     const four = [...eps, endpoint("d:1")];
-    assert.deepEqual(withKv([0, 0, 0.9, 0.1], four), [0, 0.25, 0.5, 1]);
+    assert.deepEqual(
+      withLoad(
+        [
+          [0, 0],
+          [0, 0],
+          [0, 0.9],
+          [0, 0.1],
+        ],
+        four,
+      ),
+      [0, 0.25, 0.5, 1],
+    );
   });
 
-  it("the default config founds a new prefix on the fewest-homed endpoint using the least KV, against its load scorers", async () => {
+  it("the default config founds a new prefix on the fewest-homed endpoint with the least scraped load, against its in-flight scorers", async () => {
     const text = readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
     const run = async (cfg: string) => {
       const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
@@ -148,7 +191,7 @@ describe("prefix-home-balance-scorer", () => {
       return send("g2", long(2), cands, 0.05);
     };
     assert.equal(await run(text), "x:1", "the tie goes to the lower KV use");
-    const without = text.replace(/\n\s*kvUsageTieBreak: [0-9.]+/, "");
+    const without = text.replace(/\n\s*loadTieBreak: [0-9.]+/, "");
     assert.notEqual(without, text);
     assert.equal(await run(without), "y:1", "without it the in-flight load decides");
   });

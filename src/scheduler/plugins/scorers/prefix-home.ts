@@ -40,17 +40,22 @@
  * ten, and its last requests ran at ~20 ms a token (the 160 QPS stage 27,776 output tokens/s
  * against llm-d's chart config's 29,553, −6.0%). With the ratio at 2: 29,401 (−0.5%).
  *
- * `kvUsageTieBreak` (set in config/examples/default.yaml): among the endpoints homing the fewest, the
- * one with the highest scraped KV use scores this much less (min-max among them; no metrics counts as
- * full), and every endpoint homing more is scaled by 1 − it, so one home more still loses. Which of
- * the tied endpoints founds a group is where its traffic goes for the rest of its life. Left to the
- * default's load scorers, the tie went by the moment's queues (the replica prefilling the group
- * founded last scores lowest on prefill wait); KV use reads how much of each replica's homed work is
- * running, the tie-break llm-d's precise scorers make (kv-cache-utilization-scorer). On the 150 × 5
- * run at seed 13, medians over router seeds 13–42, the default's 10 and 15 QPS stages were 1.1%
- * below precise's, its busiest replica drawing 30.4 of the 10 QPS stage's 200 requests against
- * precise's 28.8; with the tie broken on KV use, +0.5% and +0.7% (29.7 requests; 20 draws). Broken
- * on the gateway's in-flight decode load instead: −0.7% and +1.6% (30.8 requests).
+ * `loadTieBreak` (set in config/examples/default.yaml): among the endpoints homing the fewest, the one
+ * with the most scraped load — requests waiting, then KV use — scores this much less (min-max among
+ * them; no metrics counts as the most), and every endpoint homing more is scaled by 1 − it, so one
+ * home more still loses. Which of the tied endpoints founds a group is where its traffic goes for the
+ * rest of its life. Left to the default's load scorers, the tie went by the moment's queues (the
+ * replica prefilling the group founded last scores lowest on prefill wait); waiting requests and KV
+ * use read how much of each replica's homed work is running or stuck, the order llm-d's precise
+ * scorers break it in (queue-scorer's min-max over waiting requests outweighs
+ * kv-cache-utilization-scorer's 1 − KV use). On the 150 × 5 run at seed 13, medians over router
+ * seeds 13–42, the default's 10 and 15 QPS stages were 1.1% below precise's, its busiest replica
+ * drawing 30.4 of the 10 QPS stage's 200 requests against precise's 28.8; with this tie-break +0.4%
+ * and +0.7% (28.8 requests; 20 draws). On KV use alone: +0.5% and +0.7%, but its TTFT p99 at
+ * 52–60 QPS rose to 0.222–0.262 s (0.208–0.237 s before; now 0.217–0.246 s), and on
+ * locality-regional-spike, whose replicas cap running sequences at 48 so requests wait while KV is
+ * free, the default's TTFT p90 median over 8 router seeds went 0.25 → 0.49 s (now 0.10 s). On the
+ * gateway's in-flight decode load: −0.7% and +1.6%.
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -79,10 +84,10 @@ export const prefixHomeParams = z.strictObject({
   inFlightLoadProducerName: z.string().min(1).optional(),
   /**
    * 0: the fewest-homed all score 1 and the other scorers break the tie. Else, among them, the one
-   * with the highest scraped KV use scores this much less (min-max), and every other endpoint's
-   * score is scaled by 1 − this, so a home more still loses.
+   * with the most scraped load (requests waiting, then KV use) scores this much less (min-max), and
+   * every other endpoint's score is scaled by 1 − this, so a home more still loses.
    */
-  kvUsageTieBreak: z.number().min(0).lt(1).default(0),
+  loadTieBreak: z.number().min(0).lt(1).default(0),
 });
 
 export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
@@ -171,21 +176,33 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
       lo = Math.min(lo, h);
       hi = Math.max(hi, h);
     }
-    const tie = this.params.kvUsageTieBreak;
-    // The fewest-homed endpoints' lowest and highest scraped KV use; no metrics counts as full.
-    const kvOf = (e: EndpointState) => e.metrics?.kvCacheUsagePercent ?? 1;
-    let kvLo = 1;
-    let kvHi = 0;
+    const tie = this.params.loadTieBreak;
+    // The fewest-homed endpoints' scraped load: requests waiting, then KV use (NaN: no metrics).
+    const loadOf = (e: EndpointState) =>
+      e.metrics === null ? Number.NaN : e.metrics.waitingQueueSize + e.metrics.kvCacheUsagePercent;
+    let lower = Number.POSITIVE_INFINITY;
+    let upper = Number.NEGATIVE_INFINITY;
+    let unknown = false;
     if (tie > 0)
       for (let i = 0; i < n; i++)
         if (out[i] === lo) {
-          kvLo = Math.min(kvLo, kvOf(endpoints[i]));
-          kvHi = Math.max(kvHi, kvOf(endpoints[i]));
+          const l = loadOf(endpoints[i]);
+          if (Number.isNaN(l)) unknown = true;
+          else {
+            lower = Math.min(lower, l);
+            upper = Math.max(upper, l);
+          }
         }
+    // An endpoint without metrics counts as the most loaded of the tied.
+    if (unknown && upper >= lower) upper += 1;
     for (let i = 0; i < n; i++) {
       if (out[i] < 0) out[i] = 0;
       else if (out[i] !== lo) out[i] = ((1 - tie) * (hi - out[i])) / (hi - lo);
-      else out[i] = kvHi > kvLo ? 1 - (tie * (kvOf(endpoints[i]) - kvLo)) / (kvHi - kvLo) : 1;
+      else if (!(upper > lower)) out[i] = 1;
+      else {
+        const l = loadOf(endpoints[i]);
+        out[i] = 1 - (tie * ((Number.isNaN(l) ? upper : l) - lower)) / (upper - lower);
+      }
     }
     return out;
   }
