@@ -4,8 +4,8 @@
  * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
  * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
  * config's), an endpoint decoding past that multiple of the mean founds nothing; with
- * loadTieBreak (the default config's), the fewest-homed are ranked by scraped load (requests
- * waiting, then KV use).
+ * loadTieBreak (the default config's), the fewest-homed are ranked by scraped KV use, grown by
+ * their waiting requests at the running ones' mean.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -93,15 +93,20 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(scores(plain, 32), [0, 0.5, 1]);
   });
 
-  it("with loadTieBreak, the fewest-homed are ranked by scraped load (waiting, then KV use), below no endpoint homing more", () => {
+  it("with loadTieBreak, the fewest-homed are ranked by scraped KV use grown by their waiting requests, below no endpoint homing more", () => {
     const s = mk({ loadTieBreak: 0.5 });
     pick(s, 32, eps[0]);
     pick(s, 32, eps[0], { "a:1": 32 });
-    // Homes 1, 0, 0: b and c tie on the fewest. Metrics per endpoint: [waiting, KV use], or null.
-    const withLoad = (m: ([number, number] | null)[], list = eps) => {
+    // Homes 1, 0, 0: b and c tie on the fewest. Metrics per endpoint: [KV use, running, waiting], or null.
+    const withLoad = (m: ([number, number, number] | null)[], list = eps) => {
       const e = list.map((x, i) => {
         const v = m[i];
-        return endpoint(x.id, v === null ? null : { waitingQueueSize: v[0], kvCacheUsagePercent: v[1] });
+        return endpoint(
+          x.id,
+          v === null
+            ? null
+            : { kvCacheUsagePercent: v[0], runningRequestsSize: v[1], waitingQueueSize: v[2] },
+        );
       });
       const x = cycleFor(completion("r", "p"), e);
       x.set(prefixKey("p"), prefixInfo(32, 64, {}));
@@ -110,41 +115,50 @@ describe("prefix-home-balance-scorer", () => {
     // c uses more KV than b: b scores 1, c 1 − 0.5; a, a home more, 0 even with the least load.
     assert.deepEqual(
       withLoad([
-        [0, 0],
-        [0, 0.2],
-        [0, 0.6],
+        [0, 1, 0],
+        [0.2, 10, 0],
+        [0.6, 10, 0],
       ]),
       [0, 1, 0.5],
     );
     assert.deepEqual(
       withLoad([
-        [0, 0],
-        [0, 0.6],
-        [0, 0.2],
+        [0, 1, 0],
+        [0.6, 10, 0],
+        [0.2, 10, 0],
       ]),
       [0, 0.5, 1],
     );
-    // A request waiting outweighs any KV use: b, with one waiting and little KV in use, loses.
+    // Waiting requests count at the running ones' mean KV: b's 0.3 with 10 running and 10 waiting
+    // is 0.6, above c's 0.5; one waiting beside 10 running (0.33) leaves b ahead.
     assert.deepEqual(
       withLoad([
-        [0, 0],
-        [1, 0.1],
-        [0, 0.9],
+        [0, 1, 0],
+        [0.3, 10, 10],
+        [0.5, 10, 0],
       ]),
       [0, 0.5, 1],
+    );
+    assert.deepEqual(
+      withLoad([
+        [0, 1, 0],
+        [0.3, 10, 1],
+        [0.5, 10, 0],
+      ]),
+      [0, 1, 0.5],
     );
     // Equal load (or none scraped anywhere): the tie is left to the other scorers.
     assert.deepEqual(
       withLoad([
-        [0, 0],
-        [0, 0.4],
-        [0, 0.4],
+        [0, 1, 0],
+        [0.4, 5, 0],
+        [0.4, 5, 0],
       ]),
       [0, 1, 1],
     );
     assert.deepEqual(withLoad([null, null, null]), [0, 1, 1]);
     // An endpoint without metrics counts as the most loaded of the tied.
-    assert.deepEqual(withLoad([[0, 0], null, [3, 0.3]]), [0, 0.5, 1]);
+    assert.deepEqual(withLoad([[0, 1, 0], null, [0.9, 10, 3]]), [0, 0.5, 1]);
     // Homes 2, 1, 0, 0 (a fourth endpoint): the middle one is scaled by 1 − 0.5, under every tied one.
     pick(s, 32, eps[0]);
     pick(s, 32, eps[1]);
@@ -152,10 +166,10 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(
       withLoad(
         [
-          [0, 0],
-          [0, 0],
-          [0, 0.9],
-          [0, 0.1],
+          [0, 1, 0],
+          [0, 1, 0],
+          [0.9, 5, 0],
+          [0.1, 5, 0],
         ],
         four,
       ),

@@ -41,21 +41,24 @@
  * against llm-d's chart config's 29,553, −6.0%). With the ratio at 2: 29,401 (−0.5%).
  *
  * `loadTieBreak` (set in config/examples/default.yaml): among the endpoints homing the fewest, the one
- * with the most scraped load — requests waiting, then KV use — scores this much less (min-max among
- * them; no metrics counts as the most), and every endpoint homing more is scaled by 1 − it, so one
- * home more still loses. Which of the tied endpoints founds a group is where its traffic goes for the
- * rest of its life. Left to the default's load scorers, the tie went by the moment's queues (the
- * replica prefilling the group founded last scores lowest on prefill wait); waiting requests and KV
- * use read how much of each replica's homed work is running or stuck, the order llm-d's precise
- * scorers break it in (queue-scorer's min-max over waiting requests outweighs
- * kv-cache-utilization-scorer's 1 − KV use). On the 150 × 5 run at seed 13, medians over router
- * seeds 13–42, the default's 10 and 15 QPS stages were 1.1% below precise's, its busiest replica
- * drawing 30.4 of the 10 QPS stage's 200 requests against precise's 28.8; with this tie-break +0.4%
- * and +0.7% (28.8 requests; 20 draws). On KV use alone: +0.5% and +0.7%, but its TTFT p99 at
- * 52–60 QPS rose to 0.222–0.262 s (0.208–0.237 s before; now 0.217–0.246 s), and on
- * locality-regional-spike, whose replicas cap running sequences at 48 so requests wait while KV is
- * free, the default's TTFT p90 median over 8 router seeds went 0.25 → 0.49 s (now 0.10 s). On the
- * gateway's in-flight decode load: −0.7% and +1.6%.
+ * with the most scraped load scores this much less (min-max among them; no metrics counts as the
+ * most), and every endpoint homing more is scaled by 1 − it, so one home more still loses. The load
+ * is KV use grown by the waiting requests at the running ones' mean: KV use × (1 + waiting ÷
+ * running). Which of the tied endpoints founds a group is where its traffic goes for the rest of its
+ * life. Left to the default's load scorers, the tie went by the moment's queues (the replica
+ * prefilling the group founded last scores lowest on prefill wait); KV use reads how much of each
+ * replica's homed work is running, as llm-d's precise scorers break the tie. On the 150 × 5 run at
+ * seed 13, medians over router seeds 13–42, the default's 10 and 15 QPS stages were 1.1% below
+ * precise's, its busiest replica drawing 30.4 of the 10 QPS stage's 200 requests against precise's
+ * 28.8; on KV use alone +0.5% and +0.7% (29.7 requests; 20 draws), but on locality-regional-spike,
+ * whose replicas cap running sequences at 48 so requests wait while KV is free, the default's TTFT
+ * p90 median over 8 router seeds went 0.25 → 0.49 s. Counting waiting requests first instead (as
+ * precise's queue-scorer outweighs its KV scorer) fixed that (0.10 s) but cost mixed-length seed 42's
+ * 160 QPS stage 2.6% against precise: there a question waits a step beside a document's prefill,
+ * and the tie went to replicas decoding documents. Grown by the waiting at the running mean, one
+ * waiting question moves a replica's load by a few percent and 48 running with 20 waiting by 40%:
+ * regional-spike p90 median 0.10 s (p99 1.7 s, was 2.9), mixed-length as before. On the gateway's
+ * in-flight decode load: −0.7% and +1.6% at 10 and 15 QPS.
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -84,8 +87,8 @@ export const prefixHomeParams = z.strictObject({
   inFlightLoadProducerName: z.string().min(1).optional(),
   /**
    * 0: the fewest-homed all score 1 and the other scorers break the tie. Else, among them, the one
-   * with the most scraped load (requests waiting, then KV use) scores this much less (min-max), and
-   * every other endpoint's score is scaled by 1 − this, so a home more still loses.
+   * with the most scraped load (KV use × (1 + waiting ÷ running)) scores this much less (min-max),
+   * and every other endpoint's score is scaled by 1 − this, so a home more still loses.
    */
   loadTieBreak: z.number().min(0).lt(1).default(0),
 });
@@ -177,9 +180,13 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
       hi = Math.max(hi, h);
     }
     const tie = this.params.loadTieBreak;
-    // The fewest-homed endpoints' scraped load: requests waiting, then KV use (NaN: no metrics).
+    // The fewest-homed endpoints' scraped load: KV use, grown by the waiting requests at the running
+    // ones' mean (NaN: no metrics).
     const loadOf = (e: EndpointState) =>
-      e.metrics === null ? Number.NaN : e.metrics.waitingQueueSize + e.metrics.kvCacheUsagePercent;
+      e.metrics === null
+        ? Number.NaN
+        : e.metrics.kvCacheUsagePercent *
+          (1 + e.metrics.waitingQueueSize / Math.max(1, e.metrics.runningRequestsSize));
     let lower = Number.POSITIVE_INFINITY;
     let upper = Number.NEGATIVE_INFINITY;
     let unknown = false;
