@@ -39,26 +39,6 @@
  * was decoding five of them, the most of any, when a new one was founded there; 3 s later it decoded
  * ten, and its last requests ran at ~20 ms a token (the 160 QPS stage 27,776 output tokens/s
  * against llm-d's chart config's 29,553, −6.0%). With the ratio at 2: 29,401 (−0.5%).
- *
- * `loadTieBreak` (set in config/examples/default.yaml): among the endpoints homing the fewest, the one
- * with the most scraped load scores this much less (min-max among them; no metrics counts as the
- * most), and every endpoint homing more is scaled by 1 − it, so one home more still loses. The load
- * is KV use grown by the waiting requests at the running ones' mean: KV use × (1 + waiting ÷
- * running). Which of the tied endpoints founds a group is where its traffic goes for the rest of its
- * life. Left to the default's load scorers, the tie went by the moment's queues (the replica
- * prefilling the group founded last scores lowest on prefill wait); KV use reads how much of each
- * replica's homed work is running, as llm-d's precise scorers break the tie. On the 150 × 5 run at
- * seed 13, medians over router seeds 13–42, the default's 10 and 15 QPS stages were 1.1% below
- * precise's, its busiest replica drawing 30.4 of the 10 QPS stage's 200 requests against precise's
- * 28.8; on KV use alone +0.5% and +0.7% (29.7 requests; 20 draws), but on locality-regional-spike,
- * whose replicas cap running sequences at 48 so requests wait while KV is free, the default's TTFT
- * p90 median over 8 router seeds went 0.25 → 0.49 s. Counting waiting requests first instead (as
- * precise's queue-scorer outweighs its KV scorer) fixed that (0.10 s) but cost mixed-length seed 42's
- * 160 QPS stage 2.6% against precise: there a question waits a step beside a document's prefill,
- * and the tie went to replicas decoding documents. Grown by the waiting at the running mean, one
- * waiting question moves a replica's load by a few percent and 48 running with 20 waiting by 40%:
- * regional-spike p90 median 0.10 s (p99 1.7 s, was 2.9), mixed-length as before. On the gateway's
- * in-flight decode load: −0.7% and +1.6% at 10 and 15 QPS.
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -85,12 +65,6 @@ export const prefixHomeParams = z.strictObject({
   /** Decode load per in-flight request beyond its prompt, in context tokens (decode-load-scorer's default). */
   requestTokens: z.number().int().nonnegative().default(256),
   inFlightLoadProducerName: z.string().min(1).optional(),
-  /**
-   * 0: the fewest-homed all score 1 and the other scorers break the tie. Else, among them, the one
-   * with the most scraped load (KV use × (1 + waiting ÷ running)) scores this much less (min-max),
-   * and every other endpoint's score is scaled by 1 − this, so a home more still loses.
-   */
-  loadTieBreak: z.number().min(0).lt(1).default(0),
 });
 
 export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
@@ -179,38 +153,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
       lo = Math.min(lo, h);
       hi = Math.max(hi, h);
     }
-    const tie = this.params.loadTieBreak;
-    // The fewest-homed endpoints' scraped load: KV use, grown by the waiting requests at the running
-    // ones' mean (NaN: no metrics).
-    const loadOf = (e: EndpointState) =>
-      e.metrics === null
-        ? Number.NaN
-        : e.metrics.kvCacheUsagePercent *
-          (1 + e.metrics.waitingQueueSize / Math.max(1, e.metrics.runningRequestsSize));
-    let lower = Number.POSITIVE_INFINITY;
-    let upper = Number.NEGATIVE_INFINITY;
-    let unknown = false;
-    if (tie > 0)
-      for (let i = 0; i < n; i++)
-        if (out[i] === lo) {
-          const l = loadOf(endpoints[i]);
-          if (Number.isNaN(l)) unknown = true;
-          else {
-            lower = Math.min(lower, l);
-            upper = Math.max(upper, l);
-          }
-        }
-    // An endpoint without metrics counts as the most loaded of the tied.
-    if (unknown && upper >= lower) upper += 1;
-    for (let i = 0; i < n; i++) {
-      if (out[i] < 0) out[i] = 0;
-      else if (out[i] !== lo) out[i] = ((1 - tie) * (hi - out[i])) / (hi - lo);
-      else if (!(upper > lower)) out[i] = 1;
-      else {
-        const l = loadOf(endpoints[i]);
-        out[i] = 1 - (tie * ((Number.isNaN(l) ? upper : l) - lower)) / (upper - lower);
-      }
-    }
+    for (let i = 0; i < n; i++) out[i] = out[i] < 0 ? 0 : hi === lo ? 1 : (hi - out[i]) / (hi - lo);
     return out;
   }
 
