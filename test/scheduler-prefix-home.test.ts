@@ -3,7 +3,8 @@
  * a long request no endpoint holds any of goes to the endpoint homing the fewest prefixes, whatever
  * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
  * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
- * config's), an endpoint decoding past that multiple of the mean founds nothing.
+ * config's), an endpoint decoding past that multiple of the mean founds nothing; with
+ * kvUsageTieBreak (the default config's), the fewest-homed are ranked by scraped KV use.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -89,6 +90,67 @@ describe("prefix-home-balance-scorer", () => {
     ] as const)
       pick(plain, 32, eps[e], m);
     assert.deepEqual(scores(plain, 32), [0, 0.5, 1]);
+  });
+
+  it("with kvUsageTieBreak, the fewest-homed are ranked by scraped KV use, below no endpoint homing more", () => {
+    const s = mk({ kvUsageTieBreak: 0.5 });
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[0], { "a:1": 32 });
+    // Homes 1, 0, 0: b and c tie on the fewest.
+    const withKv = (kv: (number | null)[], list = eps) => {
+      const e = list.map((x, i) =>
+        endpoint(x.id, kv[i] === null ? null : { kvCacheUsagePercent: kv[i] as number }),
+      );
+      const x = cycleFor(completion("r", "p"), e);
+      x.set(prefixKey("p"), prefixInfo(32, 64, {}));
+      return Array.from(s.score(x, e));
+    };
+    // c uses more KV than b: b scores 1, c 1 − 0.5; a, a home more, 0 even with the least KV use.
+    assert.deepEqual(withKv([0, 0.2, 0.6]), [0, 1, 0.5]);
+    assert.deepEqual(withKv([0, 0.6, 0.2]), [0, 0.5, 1]);
+    // Equal use (or none scraped anywhere): the tie is left to the other scorers.
+    assert.deepEqual(withKv([0, 0.4, 0.4]), [0, 1, 1]);
+    assert.deepEqual(withKv([null, null, null]), [0, 1, 1]);
+    // An endpoint without metrics counts as the most used of the tied.
+    assert.deepEqual(withKv([0, null, 0.3]), [0, 0.5, 1]);
+    // Homes 2, 1, 0, 0 (a fourth endpoint): the middle one is scaled by 1 − 0.5, under every tied one.
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[1]);
+    const four = [...eps, endpoint("d:1")];
+    assert.deepEqual(withKv([0, 0, 0.9, 0.1], four), [0, 0.25, 0.5, 1]);
+  });
+
+  it("the default config founds a new prefix on the fewest-homed endpoint using the least KV, against its load scorers", async () => {
+    const text = readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
+    const run = async (cfg: string) => {
+      const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
+      const long = (g: number) => `group ${g} `.repeat(2000);
+      const send = (id: string, text: string, cands: EndpointState[], now: number) => {
+        const req = completion(id, text);
+        const r = s.schedule(req, cands, now);
+        s.onPicked(req, r, now);
+        return r.target?.id;
+      };
+      const [x, z] = [endpoint("x:1"), endpoint("z:1")];
+      // Group 1 homes on z and is asked again there (reuse seen); x and y home nothing.
+      send("g1", long(1), [z], 0);
+      send("g1b", long(1), [z], 0.01);
+      // x has three short requests in flight, y none: the in-flight scorers prefer y.
+      send("q1", "a short question", [x], 0.02);
+      send("q2", "another short question", [x], 0.03);
+      send("q3", "a third short question", [x], 0.04);
+      // By the last scrape x uses a little less KV than y; z, homing a group, the least of all.
+      const cands = [
+        endpoint("x:1", { kvCacheUsagePercent: 0.3 }),
+        endpoint("y:1", { kvCacheUsagePercent: 0.32 }),
+        endpoint("z:1", { kvCacheUsagePercent: 0.1 }),
+      ];
+      return send("g2", long(2), cands, 0.05);
+    };
+    assert.equal(await run(text), "x:1", "the tie goes to the lower KV use");
+    const without = text.replace(/\n\s*kvUsageTieBreak: [0-9.]+/, "");
+    assert.notEqual(without, text);
+    assert.equal(await run(without), "y:1", "without it the in-flight load decides");
   });
 
   it("maxDecodeLoadRatio brings in an inflight-load producer, and must be above 1", async () => {
