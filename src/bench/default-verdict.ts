@@ -10,8 +10,8 @@
  * `--draws N` runs each scenario and seed N times with the routers' own random draws seeded apart
  * (`kvgate simulate --router-seed`: seed, seed + 1, …; the traffic is the same) and judges each
  * router's median figure. Which replica becomes a prefix's home hangs on tie-breaks, and on the
- * 150 × 5 run at seed 42 that alone moved the default's 15 QPS stage between 6,150 and 6,589 output
- * tokens/s over five router seeds (precise: 6,212–6,449), the first of them its worst: one draw
+ * 150 × 5 run at seed 42 that alone moved the default's 15 QPS stage between 6,075 and 6,558 output
+ * tokens/s over five router seeds (precise: 6,327–6,562), the first of them its worst: one draw
  * compares placement luck as much as routers, and the best of five other routers' single draws is
  * biased upwards.
  *
