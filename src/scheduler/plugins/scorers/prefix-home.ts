@@ -50,7 +50,9 @@
  * run at seed 13, medians over router seeds 13–42, the default's 10 and 15 QPS stages were 1.1%
  * below precise's, its busiest replica drawing 30.4 of the 10 QPS stage's 200 requests against
  * precise's 28.8; with the tie broken on KV use, +0.5% and +0.7% (29.7 requests; 20 draws). Broken
- * on the gateway's in-flight decode load instead: −0.7% and +1.6% (30.8 requests).
+ * on the gateway's in-flight decode load instead: −0.7% and +1.6% (30.8 requests). What it costs
+ * (locality-regional-spike, where the region-blind default deals two regions' prompts by count) is in
+ * src/scheduler/README.md, "Placement draws".
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
