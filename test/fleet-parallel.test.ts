@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { formatSaturatedStages } from "../src/sim/fleet/format.ts";
 import { loadScenario } from "../src/sim/fleet/scenario.ts";
 import { simulate, stripWallClock } from "../src/sim/fleet/simulate.ts";
 
@@ -40,4 +41,14 @@ test("a seed override reaches the workers: other draws, and the same ones in a t
   assert.equal(seq.runs[0].seed, 7);
   assert.equal(seq.runs[0].workload.seed, 7);
   assert.notEqual(seq.runs[0].ttft_p90_s, orig.runs[0].ttft_p90_s, "other prompts, other latencies");
+});
+
+test("every run on the scenario's fleet carries the scenario's limits, whichever worker ran it", async () => {
+  const file = fileURLToPath(new URL("../scenarios/no-sharing-overload.yaml", import.meta.url));
+  const sc = loadScenario(file);
+  // Six routers on two workers: the worker that computed the limits runs more than one.
+  const par = await simulate(sc, { quick: true, jobs: 2 });
+  assert.equal(par.runs.length, 6);
+  for (const r of par.runs) assert.equal(r.limits, par.limits, `${r.router}'s limits are the scenario's`);
+  assert.doesNotMatch(formatSaturatedStages(par), /own fleet/);
 });
