@@ -286,7 +286,8 @@ describe("stage bounds against a schedule their relaxation allows", () => {
  * whose requests arrive over a random spread, with random answer lengths), no schedule the
  * relaxation allows — any replica count, placement and run order, KV from tight to ample — finishes
  * the second stage faster than its bound says. Each schedule is run on the KV the relaxation leaves
- * every replica (the repeat regime's resident set spread evenly).
+ * every replica (the repeat regime's resident set spread evenly). Nor does the even share (the
+ * engines themselves, even-share.ts) that the limits carry beside the bound.
  */
 describe("stage bounds against schedules their relaxation allows (property)", () => {
   it("are never beaten, whatever the placement, run order, arrivals, answer lengths and KV", () => {
@@ -298,6 +299,8 @@ describe("stage bounds against schedules their relaxation allows (property)", ()
       return n;
     };
     let closest = 0;
+    let evenClosest = 0;
+    let evenRuns = 0;
     fc.assert(
       fc.property(
         fc.record({
@@ -368,6 +371,16 @@ describe("stage bounds against schedules their relaxation allows (property)", ()
           const l = computeLimits(w, f, tok);
           const bound = l.stages?.find((s) => s.index === 1);
           if (bound === undefined) return; // no regime fits the KV: nothing is claimed
+          // The engines themselves, dealt evenly (even-share.ts), are one schedule of the relaxation.
+          const even = bound.even_share_output_tokens_per_s;
+          if (even !== undefined) {
+            evenRuns++;
+            evenClosest = Math.max(evenClosest, even / bound.output_tokens_per_s);
+            assert.ok(
+              even <= bound.output_tokens_per_s * (1 + 1e-9),
+              `even share ${even} > bound ${bound.output_tokens_per_s}`,
+            );
+          }
           const free = l.kv_tokens_per_replica - l.regimes.repeat.resident_tokens_per_replica;
           // The relaxation's replica: the repeat regime's resident set beside each request's own blocks.
           const jobs = requests
@@ -405,7 +418,8 @@ describe("stage bounds against schedules their relaxation allows (property)", ()
       ),
       { numRuns: 300, seed: 9 },
     );
-    // Not vacuous: some generated schedule comes close to its bound.
+    // Not vacuous: some generated schedule comes close to its bound, and so do the engines.
     assert.ok(closest > 0.7, `closest ${closest}`);
+    assert.ok(evenRuns > 100 && evenClosest > 0.7, `${evenRuns} even shares, closest ${evenClosest}`);
   });
 });

@@ -36,7 +36,8 @@
  * against it, which the steady-state ceiling leaves out; and a stage's hits are its own requests'
  * (each regime's hit tokens are also summed per stage), so the stages after a warm-up are not
  * charged for the prefixes it computed. `kvgate simulate` reads each saturated stage against the
- * lower of the two.
+ * lower of the two, and against the stage's even share (even-share.ts: the engines themselves with
+ * the stage dealt evenly and every block of the bound's regime a hit), what routing can reach.
  *
  * A fleet with a CPU offload tier also gets its host-link bound: at most (load bandwidth ÷ KV bytes
  * per token) tokens/s come back from CPU per replica, so when every hit of the "repeat" regime is a
@@ -49,11 +50,13 @@ import type { RequestSpec, Workload } from "../../bench/workloads/types.ts";
 import { DEFAULT_HOST_LINK_BYTES_PER_SECOND } from "../../engine/cpu-tier.ts";
 import { FastRequestBlockHasher, fastRoot } from "../../engine/fast-block-hash.ts";
 import { kvBytesPerToken, stepTime } from "../../engine/profile.ts";
+import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { ABSENT, BlockSet, COMPUTED } from "./block-set.ts";
+import { type EvenShareJob, evenShare } from "./even-share.ts";
 import { type LinkLimit, linkLimit, tierCapacity, type ViaTiers, viaTiers } from "./limits-tiers.ts";
 import type { PromptTokenizer } from "./prompt-tokens.ts";
 import type { FleetConfig } from "./replica.ts";
-import { mixedStep, type StageLimit, stageLimits } from "./stage-limits.ts";
+import { mixedStep, type RegimeName, type StageLimit, stageLimits } from "./stage-limits.ts";
 import { TextMap } from "./text-map.ts";
 
 export interface RegimeLimit {
@@ -263,6 +266,12 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
         p.tokens - (groupHits - groupBefore),
         p.tokens - (repeatHits - repeatBefore),
       ];
+      s.jobs.push({
+        at: r.arrivalTime,
+        prompt: p.tokens,
+        output: o,
+        cached: [0, groupHits - groupBefore, repeatHits - repeatBefore],
+      });
       for (let k = 0; k < 3; k++) {
         const u = uncached[k];
         s.byRegime[k].attention += u * (p.tokens - u / 2);
@@ -354,6 +363,7 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
       [regimes.repeat, (s: StageSums) => s.repeatHits],
     ] as const
   ).map(([g, hits], k) => ({
+    name: REGIMES[k],
     freeTokensPerReplica: hbmFree(g),
     stages: new Map(
       [...perStage].map(([i, s]) => [
@@ -376,6 +386,25 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     ),
   }));
   const stages = stageLimits(workload, fleet, stageRegimes);
+  // Each bounded stage on the engines themselves, dealt evenly, under the regime its bound was read
+  // in; not for one side of a P/D fleet, whose engines do not run whole requests.
+  const role = fleet.labels[ROLE_LABEL];
+  for (const b of role === "prefill" || role === "decode" ? [] : (stages ?? [])) {
+    const sums = perStage.get(b.index);
+    const start = workload.stages.find((x) => x.index === b.index)?.start ?? 0;
+    const k = REGIMES.indexOf(b.regime);
+    if (sums === undefined) continue;
+    const jobs: EvenShareJob[] = sums.jobs.map((j) => ({
+      at: j.at - start,
+      prompt: j.prompt,
+      cached: j.cached[k],
+      output: j.output,
+    }));
+    const run = evenShare(fleet, jobs, stageRegimes[k].freeTokensPerReplica);
+    if (run === null || !(run.end > 0)) continue;
+    b.even_share_end_s = run.end;
+    b.even_share_output_tokens_per_s = b.output_tokens / run.end;
+  }
   return {
     replicas: fleet.replicas,
     kv_tokens_per_replica: kv,
@@ -405,7 +434,11 @@ interface StageSums {
   outputPairs: number;
   /** Per regime (zero, group, repeat): Σ U(P − U/2), the prefill attention work, and Σ U·O. */
   byRegime: { attention: number; uncachedOutput: number }[];
+  /** The stage's requests in arrival order, each with its cached tokens per regime (even-share.ts). */
+  jobs: { at: number; prompt: number; output: number; cached: [number, number, number] }[];
 }
+
+const REGIMES: readonly RegimeName[] = ["zero", "group", "repeat"];
 
 function stageSums(): StageSums {
   return {
@@ -417,6 +450,7 @@ function stageSums(): StageSums {
     decodeRead: 0,
     outputPairs: 0,
     byRegime: [0, 1, 2].map(() => ({ attention: 0, uncachedOutput: 0 })),
+    jobs: [],
   };
 }
 

@@ -70,7 +70,10 @@
  *   answers and recomputes the ones it preempts, so a stage that arrives in a burst ages as a cohort
  *   and preempts (in the 150 × 5 run's 60 QPS stage, precise: ~130 preemptions and 33–159k prompt
  *   tokens prefilled per replica where one per request would do, and ~2,000 steps per replica where
- *   164 sequences at a time would need ~1,150).
+ *   164 sequences at a time would need ~1,150). even-share.ts runs the engines themselves on each
+ *   stage, dealt evenly with every reusable block a hit, and the limits carry that figure beside the
+ *   bound (`even_share_output_tokens_per_s`): on the 150 × 5 run 91.1–91.5% of the bound at 40–60
+ *   QPS and 87.5% at 15 QPS, what routing can reach there.
  */
 import type { Workload } from "../../bench/workloads/types.ts";
 import { stepTime } from "../../engine/profile.ts";
@@ -115,7 +118,18 @@ export interface StageLimit {
   earliest_end_s: number;
   /** output_tokens ÷ earliest_end_s. */
   output_tokens_per_s: number;
+  /** The prefix-reuse regime the bound was read under (limits.ts). */
+  regime: RegimeName;
+  /**
+   * What the fleet's engines reach on this stage when it is dealt evenly and every reusable block
+   * is a hit (even-share.ts; a reference, not a bound): its last token, s after the stage's start,
+   * and output_tokens ÷ that.
+   */
+  even_share_end_s?: number;
+  even_share_output_tokens_per_s?: number;
 }
+
+export type RegimeName = "zero" | "group" | "repeat";
 
 /**
  * A stage's work per output token, summed exactly over its requests (limits.ts): each request
@@ -135,6 +149,7 @@ export interface PerToken {
 
 /** One prefix-reuse regime as the stage bounds read it (limits.ts). */
 export interface StageRegime {
+  name: RegimeName;
   /** KV tokens per replica left beside the regime's resident set (≤ 0: the regime does not fit). */
   freeTokensPerReplica: number;
   /**
@@ -262,6 +277,7 @@ export function stageLimits(
         concurrency_per_replica: top,
         earliest_end_s: end,
         output_tokens_per_s: end > 0 ? work / end : 0,
+        regime: regime.name,
       };
     }
     if (best !== undefined) out.push(best);
