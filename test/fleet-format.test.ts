@@ -75,6 +75,21 @@ describe("simulate's comparison", () => {
     assert.match(rows[0], /^2\s+12\s+800\s+90\.0%$/);
   });
 
+  it("puts each router's share of the stage's even share beside its share of the bound", () => {
+    const staged = {
+      ...limits,
+      stages: [{ index: 2, output_tokens_per_s: 800, even_share_output_tokens_per_s: 750 }],
+    } as unknown as Limits;
+    const text = formatSaturatedStages({
+      limits: staged,
+      runs: [run("a", {}, [[2, 12, 720]]), run("b", {}, [[2, 12, 600]])],
+    } as unknown as SimResults);
+    const rows = text.split("\n").filter((l) => /^\d/.test(l));
+    // 720 of the bound's 800 and of the engines' 750 with the stage dealt evenly; 600 of each.
+    assert.match(rows[0], /^2\s+12\s+800\s+750\s+90\.0% · 96\.0%\s+75\.0% · 80\.0%$/);
+    assert.match(text, /even share/);
+  });
+
   it("ranks each router against the best one, and says what the fleet did", () => {
     const text = formatVerdicts(
       results([

@@ -8,7 +8,10 @@
  * round-robin (even, as the bound assumes) and whole prefix groups per replica (group g on replica
  * g mod R, as affinity routing places them). A request's prompt counts as cached, in full blocks,
  * when an earlier request sent the same prompt (exact for llm-d's 150 × 5 run, whose warm-up sends
- * every prompt); otherwise it is prefilled whole.
+ * every prompt); otherwise it is prefilled whole. Beside them, the stage's even share from the
+ * limits (src/sim/fleet/even-share.ts): the fleet's own engines, vLLM's admission and preemption
+ * included, with the stage dealt round-robin and every reusable block a hit, which `kvgate simulate`
+ * prints beside the bound.
  *
  *   npm run bench:stage-slack -- scenarios/shared-prefix-73.yaml [--seed N] [--stages 9,16]
  */
@@ -89,6 +92,10 @@ function main(): void {
       Math.max(...even.ends).toFixed(2),
       `${grouped.outputTokensPerS.toFixed(0)} (${pct(grouped.outputTokensPerS)})`,
       Math.max(...grouped.ends).toFixed(2),
+      b.even_share_output_tokens_per_s === undefined
+        ? "-"
+        : `${b.even_share_output_tokens_per_s.toFixed(0)} (${pct(b.even_share_output_tokens_per_s)})`,
+      b.even_share_end_s?.toFixed(2) ?? "-",
     ]);
   }
   console.log(
@@ -104,6 +111,8 @@ function main(): void {
         "even: tok/s (of bound)",
         "end s",
         "whole groups: tok/s (of bound)",
+        "end s",
+        "engines, even share: tok/s (of bound)",
         "end s",
       ],
       rows,

@@ -135,8 +135,10 @@ export function formatComparison(res: SimResults): string {
 /**
  * Per saturated stage (offered output ≥ the fleet's ceiling), each router's output tokens/s as a
  * share of the stage's ceiling: the fleet's steady-state one, or for a barriered stage its own bound
- * with the ramp-up counted (limits.stages, stage-limits.ts) when that is lower; "" when the workload
- * has no saturated stage.
+ * with the ramp-up counted (limits.stages, stage-limits.ts) when that is lower; and beside it, where
+ * the limits have one, its share of the stage's even share (even-share.ts: the engines themselves
+ * with the stage dealt evenly and every reusable block a hit, what routing can reach). "" when the
+ * workload has no saturated stage.
  */
 export function formatSaturatedStages(res: SimResults): string {
   const first = res.runs[0];
@@ -144,21 +146,32 @@ export function formatSaturatedStages(res: SimResults): string {
   const stages = first.stages.filter((s) => !s.warmup && stageCeiling(res.limits, s.rate).saturated);
   if (stages.length === 0) return "";
   const ceiling = fleetCeiling(res.limits);
+  const stageOf = (l: Limits, index: number) => l.stages?.find((b) => b.index === index);
   const bound = (index: number) =>
-    Math.min(ceiling, res.limits.stages?.find((b) => b.index === index)?.output_tokens_per_s ?? ceiling);
+    Math.min(ceiling, stageOf(res.limits, index)?.output_tokens_per_s ?? ceiling);
   const staged = res.limits.stages !== undefined;
+  const even = stages.some(
+    (st) => stageOf(res.limits, st.index)?.even_share_output_tokens_per_s !== undefined,
+  );
   const rows = stages.map((st) => [
     `${st.index}`,
     fix(st.rate, 0),
     ...(staged ? [int(bound(st.index))] : []),
+    ...(even ? [int(stageOf(res.limits, st.index)?.even_share_output_tokens_per_s)] : []),
     ...res.runs.map((r) => {
       const s = r.stages.find((x) => x.index === st.index);
       // A run with its own fleet is read against its fleet's ceiling and stage bounds.
       const lim = r.limits ?? res.limits;
-      const own =
-        lim.stages?.find((x) => x.index === st.index)?.output_tokens_per_s ?? Number.POSITIVE_INFINITY;
-      const c = Math.min(fleetCeiling(lim), own, st.rate * res.limits.output_tokens_mean);
-      return s?.output_tokens_per_s == null ? "-" : pct(s.output_tokens_per_s / c);
+      const b = stageOf(lim, st.index);
+      const c = Math.min(
+        fleetCeiling(lim),
+        b?.output_tokens_per_s ?? Number.POSITIVE_INFINITY,
+        st.rate * res.limits.output_tokens_mean,
+      );
+      const out = s?.output_tokens_per_s;
+      if (out == null) return "-";
+      const e = b?.even_share_output_tokens_per_s;
+      return even ? `${pct(out / c)} · ${e ? pct(out / e) : "-"}` : pct(out / c);
     }),
   ]);
   const own = res.runs.some((r) => r.limits !== undefined && r.limits !== res.limits);
@@ -166,8 +179,20 @@ export function formatSaturatedStages(res: SimResults): string {
     (staged
       ? `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the stage's bound (its ramp-up counted: stages are barriered)`
       : `saturated stages (offered ≥ ceiling ${int(ceiling)} out tok/s): output tokens/s as a share of the ceiling`) +
+      (even
+        ? " · and of the even share (the engines themselves, each replica an equal share of the stage, every reusable block a hit: what routing can reach)"
+        : "") +
       (own ? " (each run's own fleet's ceiling, capped at the stage's offered output)" : ""),
-    table(["stage", "QPS", ...(staged ? ["bound"] : []), ...res.runs.map((r) => r.router)], rows),
+    table(
+      [
+        "stage",
+        "QPS",
+        ...(staged ? ["bound"] : []),
+        ...(even ? ["even share"] : []),
+        ...res.runs.map((r) => r.router),
+      ],
+      rows,
+    ),
   ].join("\n");
 }
 
