@@ -13,10 +13,11 @@
  * even deal does (on no-sharing-overload, random 64–8,000-token prompts, the default reaches 102% of it
  * in the 44 QPS stage).
  *
- * On llm-d's 150 × 5 run (`npm run bench:stage-slack -- scenarios/shared-prefix-73.yaml`, simulated)
- * the engines' even share matches the relaxation's own even schedule to the token at 3–35 QPS, where no
- * replica runs out of KV, and falls to 91.1–91.5% of the bound at 40–60 QPS, where each replica takes
- * ~190 requests at once and its KV fills as their answers grow (the relaxed schedule: 97.1–97.7%).
+ * On llm-d's 150 × 5 run (`npm run bench:stage-slack -- scenarios/shared-prefix-73.yaml`,
+ * simulated) the engines' even share matches the relaxation's own even schedule to the token per
+ * second at 3–35 QPS, where no replica runs out of KV, and falls to 91.1–91.5% of the bound at
+ * 40–60 QPS, where each replica takes ~190 requests at once and its KV fills as their answers grow
+ * (the relaxed schedule: 97.1–97.7%).
  *
  * How it is run: one engine of the fleet's shape whose KV is the replica's minus the regime's
  * resident set, plus one chain of blocks that every request's cached part is a prefix of (computed
