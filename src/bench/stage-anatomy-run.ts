@@ -1,8 +1,8 @@
 /**
  * stage-anatomy — per barriered stage of a fleet simulation (simulated seconds, deterministic for the
  * seed): each replica's steps, mean sequences running, preemptions, prompt tokens recomputed after
- * preemptions and last completion, with the stage's output tok/s as a share of its bound (the one
- * `kvgate simulate` prints). Runs one router of a scenario with the same fleet, scheduler, flow
+ * preemptions and last completion, with the stage's output tok/s as a share of its bound and of its
+ * even share (the ones `kvgate simulate` prints). Runs one router of a scenario with the same fleet, scheduler, flow
  * control and timing as `kvgate simulate`. --config replaces the router's EndpointPickerConfig and
  * --max-num-seqs the replicas' vLLM --max-num-seqs, to try a gate without editing the scenario; the
  * bounds stay the scenario fleet's, so shares compare with the shipped run.
@@ -54,6 +54,7 @@ async function main(): Promise<void> {
   const tokenizer = new PromptTokenizer();
   const limits = computeLimits(workload, limitsFleet(sc), tokenizer);
   const bounds = new Map((limits.stages ?? []).map((s) => [s.index, s.output_tokens_per_s]));
+  const evens = new Map((limits.stages ?? []).map((s) => [s.index, s.even_share_output_tokens_per_s]));
   const created = await createScheduler(configText, { seed: sc.seed });
   const n = pools.reduce((a, p) => a + p.replicas, 0);
   const steps: AnatomyStageStep[][] = Array.from({ length: n }, () => []);
@@ -93,7 +94,7 @@ async function main(): Promise<void> {
     maxSeqs !== null ? `--max-num-seqs ${maxSeqs}` : "",
   ].filter((s) => s !== "");
   console.log(
-    `${sc.name}, router ${r.name}${knobs.length > 0 ? ` (${knobs.join(", ")})` : ""}; simulated seconds; bound = the scenario fleet's stage bound:`,
+    `${sc.name}, router ${r.name}${knobs.length > 0 ? ` (${knobs.join(", ")})` : ""}; simulated seconds; bound = the scenario fleet's stage bound, even share = its engines with the stage dealt evenly (src/sim/fleet/even-share.ts):`,
   );
   const spread = (s: (typeof stages)[number], f: (x: (typeof s.replicas)[number]) => number) => {
     const v = s.replicas.filter((x) => x.requests > 0).map(f);
@@ -105,6 +106,7 @@ async function main(): Promise<void> {
         "stage",
         "out tok/s",
         "share of bound",
+        "of even share",
         "window s",
         "replica ends s",
         "mean running",
@@ -115,6 +117,7 @@ async function main(): Promise<void> {
         String(s.stage),
         int(s.outputTokensPerS),
         pct(s.shareOfBound),
+        pct(evens.get(s.stage) ? s.outputTokensPerS / (evens.get(s.stage) as number) : null),
         s.windowS.toFixed(1),
         spread(s, (x) => x.endS),
         spread(s, (x) => x.meanRunning),
