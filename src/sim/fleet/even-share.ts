@@ -21,11 +21,13 @@
  *
  * How it is run: one engine of the fleet's shape whose KV is the replica's minus the regime's
  * resident set, plus one chain of blocks that every request's cached part is a prefix of (computed
- * before the stage starts, so a request's hit costs no KV of its own, as a shared prefix does), each
- * request's uncached part made unique so it hits nothing else. Every replica's share is run, one engine
- * after another, and the stage ends with the latest: about as much engine work as one router's run of
- * the stages (~6 s of CPU on the 150 × 5 run, ~27 s on scale-512). A CPU offload tier is left out:
- * every hit is an HBM hit. Simulated seconds, deterministic.
+ * before the stage starts, so a request's hit costs no KV of its own, as a shared prefix does),
+ * each request's uncached part made unique so it hits nothing else. The chain is cached, not
+ * pinned: under pressure vLLM may evict the part of it no running request reads, as it would any
+ * cached prefix (on the 150 × 5 run every request reads all of it). Every replica's share is run,
+ * one engine after another, and the stage ends with the latest: about as much engine work as one
+ * router's run of the stages (~6 s of CPU on the 150 × 5 run, ~27 s on scale-512). A CPU offload
+ * tier is left out: every hit is an HBM hit. Simulated seconds, deterministic.
  */
 
 import type { FleetConfig } from "./replica.ts";
