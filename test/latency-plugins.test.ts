@@ -197,6 +197,7 @@ describe("prefix-cache-affinity-filter, ttftSource: latencyPredictor", () => {
       ttftSource: "latencyPredictor",
       peakPrefillThroughput: 15928,
       learnPrefillThroughput: true,
+      releaseWhenSlotsFull: false,
       prefixMatchInfoProducerName: "px",
       latencyPredictionInfoProducerName: "lp",
     });

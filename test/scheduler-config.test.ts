@@ -60,6 +60,8 @@ describe("shipped and reference configs load", () => {
       ttftSource: "prefillThroughput",
       peakPrefillThroughput: 15928,
       learnPrefillThroughput: true,
+      // kvgate's addition, off unless asked for: llm-d's optimized baseline keeps llm-d's gate.
+      releaseWhenSlotsFull: false,
       prefixMatchInfoProducerName: "approx-prefix-cache-producer",
       inFlightLoadProducerName: "inflight-load-producer",
     });

@@ -84,6 +84,84 @@ describe("prefix-cache-affinity-filter", () => {
   });
 });
 
+describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
+  const req = completion("r", "p");
+  const filter = (on = true) =>
+    new PrefixCacheAffinityFilter(
+      "f",
+      affinityParams.parse({
+        prefixMatchInfoProducerName: "p",
+        inFlightLoadProducerName: "i",
+        ...(on ? { releaseWhenSlotsFull: true } : {}),
+      }),
+    );
+  /** a is the home (sticky); b and c hold nothing. `inflight`: the gateway's requests per endpoint. */
+  const run = (
+    f: PrefixCacheAffinityFilter,
+    eps: ReturnType<typeof endpoint>[],
+    inflight: Record<string, number>,
+    uncached: number,
+  ) => {
+    const x = cycleFor(req, eps, 0, 1);
+    x.set(prefixKey("p"), prefixInfo(10, 64, { "a:1": 10 }));
+    const info: InFlightInfo = {
+      requests: (id) => inflight[id] ?? 0,
+      tokens: () => 0,
+      uncachedRequestTokens: (id) => (id === "a:1" ? 0 : uncached),
+    };
+    x.set(inflightKey("i"), info);
+    return ids(f.filter(x, eps));
+  };
+  /** Scrapes showing a's 4 slots taken with requests waiting (its cap), then a response every 0.5 s there. */
+  const teach = (f: PrefixCacheAffinityFilter) => {
+    for (let t = 1; t <= 6; t++) {
+      const eps = [
+        endpoint("a:1", { runningRequestsSize: 4, waitingQueueSize: 3, updateTime: t }),
+        endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
+        endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
+      ];
+      run(f, eps, { "a:1": 3 }, 100);
+    }
+    for (let t = 0; t <= 5; t++) f.onResponseComplete(req, "a:1", 10 + t * 0.5);
+  };
+  const now = [
+    endpoint("a:1", { updateTime: 7 }),
+    endpoint("b:1", { updateTime: 7 }),
+    endpoint("c:1", { updateTime: 7 }),
+  ];
+
+  it("sends the request where it starts sooner when every slot of its home is taken", () => {
+    const f = filter();
+    teach(f);
+    // a: 6 in flight for 4 slots, so 3 ahead × 0.5 s = 1.5 s; b and c: 1,000 cold tokens ≈ 63 ms.
+    assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["b:1", "c:1"]);
+    assert.equal(f.decisions["slots-full"], 1);
+  });
+
+  it("keeps the home while a cold prefill elsewhere would take longer than the wait for a slot", () => {
+    const f = filter();
+    teach(f);
+    // 100,000 cold tokens ≈ 6.3 s at 15,928 tok/s, against 1.5 s for a slot at home.
+    assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 100_000), ["a:1"]);
+  });
+
+  it("keeps the home while it has a free slot, and skips endpoints whose slots are taken too", () => {
+    const f = filter();
+    teach(f);
+    assert.deepEqual(run(f, now, { "a:1": 3, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
+    // c is at a's cap (its own not learned yet): only b takes the request.
+    assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 4 }, 1000), ["b:1"]);
+  });
+
+  it("holds until a cap and a pace are learned, and is off unless asked for", () => {
+    const fresh = filter();
+    assert.deepEqual(run(fresh, now, { "a:1": 60, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
+    const off = filter(false);
+    teach(off);
+    assert.deepEqual(run(off, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
+  });
+});
+
 describe("role filters (llm-d.ai/role)", () => {
   const roles = ["prefill", "decode", "prefill-decode", "both", "encode", undefined];
   const eps = roles.map((r, i) => endpoint(`e${i}:1`, {}, r === undefined ? {} : { "llm-d.ai/role": r }));

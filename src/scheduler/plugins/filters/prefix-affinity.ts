@@ -10,16 +10,28 @@
  * stick. Otherwise keep only the sticky endpoints. With `ttftSource: latencyPredictor` the gate
  * compares predicted-latency-producer's TTFT predictions instead; while the model has no
  * predictions (too few samples) the signal is missing and, as in llm-d, all endpoints are kept.
+ *
+ * kvgate's `releaseWhenSlotsFull`: the load gate counts prefill only, so a sticky endpoint whose
+ * sequence slots are all taken (vLLM --max-num-seqs) looks idle while requests queue there for a
+ * running one to end. With it, each endpoint's slot cap is learned from its scrapes as
+ * decode-load-scorer learns it (slot-cap.ts), and the time between two of its responses ending from
+ * the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
+ * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (the
+ * requests ahead of this one beyond the cap, plus one, times that interval), an endpoint with a free
+ * slot's adds this request's uncached prompt at its prefill rate, and the request goes to the free
+ * endpoints that would start it sooner than the best sticky one ("slots-full"). Otherwise (a free
+ * slot on a sticky endpoint, no cap or interval learned yet) stickiness holds as before.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
 import { spec } from "../../plugin-spec.ts";
-import type { CycleState, DataKey, EndpointState, Filter, TypedName } from "../../types.ts";
+import type { CycleState, DataKey, EndpointState, Filter, RequestFacts, TypedName } from "../../types.ts";
 import { dataKey } from "../../types.ts";
 import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, matchRatio, prefixKey } from "../data.ts";
 import type { LatencyPredictions } from "../latency/data.ts";
 import { latencyKey } from "../latency/data.ts";
+import { SlotCap } from "../scorers/slot-cap.ts";
 
 export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
 
@@ -36,6 +48,8 @@ export const affinityParams = z
      * producer's), with peakPrefillThroughput only until one is learned. false = llm-d's fixed rate.
      */
     learnPrefillThroughput: z.boolean().default(true),
+    /** kvgate: count a sticky endpoint's wait for a sequence slot (module comment). */
+    releaseWhenSlotsFull: z.boolean().default(false),
     prefixMatchInfoProducerName: z.string().min(1).optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
     latencyPredictionInfoProducerName: z.string().min(1).optional(),
@@ -57,6 +71,7 @@ export type AffinityDecision =
   | "no-match"
   | "missing-signal"
   | "load-override"
+  | "slots-full"
   | "sticky";
 
 export class PrefixCacheAffinityFilter implements Filter {
@@ -75,8 +90,12 @@ export class PrefixCacheAffinityFilter implements Filter {
     "no-match": 0,
     "missing-signal": 0,
     "load-override": 0,
+    "slots-full": 0,
     sticky: 0,
   };
+  /** releaseWhenSlotsFull: each endpoint's learned sequence-slot cap, and its completions' pace. */
+  readonly #caps = new Map<string, SlotCap>();
+  readonly #pace = new Map<string, { last: number; interval: number }>();
 
   constructor(
     name: string,
@@ -122,6 +141,10 @@ export class PrefixCacheAffinityFilter implements Filter {
       const learned = p.learnPrefillThroughput ? load.prefillRate?.bind(load) : undefined;
       const rate = (id: string) => learned?.(id) ?? p.peakPrefillThroughput;
       const ttft = (id: string) => (load.tokens(id) / rate(id)) * 1000;
+      if (p.releaseWhenSlotsFull) {
+        const free = this.#sooner(endpoints, sticky, isSticky, load, ttft, rate);
+        if (free !== null) return this.#done("slots-full", free);
+      }
       let bestSticky = Number.POSITIVE_INFINITY;
       for (const e of sticky) {
         const t = ttft(e.id);
@@ -144,6 +167,74 @@ export class PrefixCacheAffinityFilter implements Filter {
       }
     }
     return this.#done("sticky", sticky);
+  }
+
+  /**
+   * releaseWhenSlotsFull: when every sticky endpoint's slots are taken, the endpoints with a free slot
+   * that would start the request sooner than the best sticky one (TTFTs in ms), else null.
+   */
+  #sooner(
+    endpoints: readonly EndpointState[],
+    sticky: readonly EndpointState[],
+    isSticky: Uint8Array,
+    load: InFlightInfo,
+    ttft: (id: string) => number,
+    rate: (id: string) => number,
+  ): EndpointState[] | null {
+    // Every scrape is read, so each cap is learned whether or not its endpoint is sticky this time.
+    let lowest = Number.POSITIVE_INFINITY;
+    for (const e of endpoints) {
+      const cap = this.#observe(e);
+      if (cap !== undefined && cap < lowest) lowest = cap;
+    }
+    if (lowest === Number.POSITIVE_INFINITY) return null;
+    let bestSticky = Number.POSITIVE_INFINITY;
+    for (const e of sticky) {
+      const cap = this.#caps.get(e.id)?.known;
+      const pace = this.#pace.get(e.id)?.interval;
+      if (cap === undefined || pace === undefined || Number.isNaN(pace)) return null;
+      const ahead = load.requests(e.id) - cap;
+      if (ahead < 0) return null;
+      bestSticky = Math.min(bestSticky, ttft(e.id) + (ahead + 1) * pace * 1000);
+    }
+    const free: EndpointState[] = [];
+    for (let i = 0; i < endpoints.length; i++) {
+      if (isSticky[i] === 1) continue;
+      const e = endpoints[i];
+      if (load.requests(e.id) >= (this.#caps.get(e.id)?.known ?? lowest)) continue;
+      const start = ttft(e.id) + (load.uncachedRequestTokens(e.id) / rate(e.id)) * 1000;
+      if (start < bestSticky) free.push(e);
+    }
+    return free.length > 0 ? free : null;
+  }
+
+  /** Reads the endpoint's latest scrape into its slot cap; the cap, once learned. */
+  #observe(e: EndpointState): number | undefined {
+    let cap = this.#caps.get(e.id);
+    if (cap === undefined) this.#caps.set(e.id, (cap = new SlotCap()));
+    const m = e.metrics;
+    if (m !== null)
+      cap.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
+    return cap.known;
+  }
+
+  /** releaseWhenSlotsFull: the pace at which the endpoint's responses end (seconds apart, smoothed). */
+  onResponseComplete(_req: RequestFacts, endpointId: string, now: number): void {
+    if (!this.params.releaseWhenSlotsFull) return;
+    const p = this.#pace.get(endpointId);
+    if (p === undefined) {
+      this.#pace.set(endpointId, { last: now, interval: Number.NaN });
+      return;
+    }
+    const gap = now - p.last;
+    p.last = now;
+    p.interval = Number.isNaN(p.interval) ? gap : p.interval + PACE_WEIGHT * (gap - p.interval);
+  }
+
+  /** Endpoints that left the pool take their learned caps and pace with them. */
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#caps.keys()]) if (!pool.has(id)) this.#caps.delete(id);
+    for (const id of [...this.#pace.keys()]) if (!pool.has(id)) this.#pace.delete(id);
   }
 
   /**
@@ -233,9 +324,13 @@ export class PrefixCacheAffinityFilter implements Filter {
       peakPrefillThroughput: this.params.peakPrefillThroughput,
       learnPrefillThroughput: this.params.learnPrefillThroughput,
       maxTTFTPenaltyMs: this.params.maxTTFTPenaltyMs,
+      releaseWhenSlotsFull: this.params.releaseWhenSlotsFull,
     };
   }
 }
+
+/** Weight of the newest gap in the completions' moving average. */
+const PACE_WEIGHT = 0.2;
 
 export const affinityFilterSpec = spec({
   type: AFFINITY_FILTER_TYPE,
