@@ -153,6 +153,14 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 4 }, 1000), ["b:1"]);
   });
 
+  it("is refused, with what to do, beside a gate it cannot join", () => {
+    for (const extra of [{ maxTTFTPenaltyMs: 0 }, { ttftSource: "latencyPredictor" }])
+      assert.throws(
+        () => affinityParams.parse({ releaseWhenSlotsFull: true, ...extra }),
+        /prefill-throughput gate only: set maxTTFTPenaltyMs > 0 and ttftSource: prefillThroughput/,
+      );
+  });
+
   it("holds until a cap and a pace are learned, and is off unless asked for", () => {
     const fresh = filter();
     assert.deepEqual(run(fresh, now, { "a:1": 60, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);

@@ -55,6 +55,14 @@ export const affinityParams = z
     latencyPredictionInfoProducerName: z.string().min(1).optional(),
   })
   .superRefine((p, ctx) => {
+    if (p.releaseWhenSlotsFull && (p.maxTTFTPenaltyMs === 0 || p.ttftSource === "latencyPredictor")) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["releaseWhenSlotsFull"],
+        message:
+          "works with the prefill-throughput gate only: set maxTTFTPenaltyMs > 0 and ttftSource: prefillThroughput, or drop releaseWhenSlotsFull",
+      });
+    }
     if (p.ttftSource !== "latencyPredictor" && p.maxTTFTPenaltyMs > 0 && p.peakPrefillThroughput === 0) {
       ctx.addIssue({
         code: "custom",
