@@ -86,8 +86,10 @@ export async function runRoutersInWorkers(
   };
   await Promise.all(Array.from({ length: Math.min(o.jobs, routers.length) }, runWorker));
   if (facts === undefined) throw new Error("parallel simulation: no worker sent the workload's limits");
-  // Workers leave the limits out of their runs (each would compute the same ones).
-  for (const out of outcomes) out.run.limits ??= facts.limits;
+  // Every run on the scenario's fleet gets the one limits object (a worker sends its own copy, or
+  // none), so no such run reads as having a fleet of its own; a run with its own pools keeps its own.
+  for (const [k, out] of outcomes.entries())
+    if (routers[k].pools === sc.pools || out.run.limits == null) out.run.limits = facts.limits;
   return { outcomes, facts };
 }
 

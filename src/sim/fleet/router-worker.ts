@@ -3,7 +3,7 @@
  * its outcome back. The scenario and its workload are built once per worker and reused.
  */
 import { parentPort } from "node:worker_threads";
-import { computeLimits, type Limits } from "./limits.ts";
+import { computeLimits } from "./limits.ts";
 import type { WorkerReply, WorkerRequest, WorkloadFacts } from "./parallel.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
 import { loadScenario, type Scenario } from "./scenario.ts";
@@ -39,10 +39,6 @@ parentPort?.on("message", async (req: WorkerRequest) => {
       facts = { spec: ctx.spec, limits: ctx.limits };
     }
     const outcome = await runRouter(sc, router, ctx);
-    // The scenario's limits go back once, with the facts; parallel.ts gives every run on the
-    // scenario's fleet that one object, so a later run here is not read as having a fleet of its own.
-    if (ctx.limits !== null && outcome.run.limits === ctx.limits)
-      outcome.run.limits = null as unknown as Limits;
     reply = { ok: true, outcome, ...(facts !== undefined ? { facts } : {}) };
   } catch (e) {
     reply = { ok: false, message: (e as Error).message, name: (e as Error).name };
