@@ -10,7 +10,7 @@ import fc from "fast-check";
 import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
 import { PrefillRateEstimator } from "../src/scheduler/plugins/inflight/prefill-rate.ts";
-import { SlotCap } from "../src/scheduler/plugins/scorers/slot-cap.ts";
+import { SlotCap, SlotCaps } from "../src/scheduler/plugins/scorers/slot-cap.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
 import type { EndpointState, RequestFacts } from "../src/scheduler/types.ts";
@@ -375,10 +375,17 @@ describe("default config: a replica with every sequence slot taken", () => {
       );
       for (let i = 0; i < 4; i++)
         await decoding(scheduler, completion(`s${i}`, `hello ${i}?`), endpoint("a:1"), 0);
-      const m = { kvCacheUsagePercent: 0.2, cacheNumBlocks: 1000, cacheBlockSize: 16 };
+      const m = { cacheNumBlocks: 1000, cacheBlockSize: 16 };
+      // A stepping engine's KV moves between scrapes (a frozen scrape is one long step, no evidence).
       const pool = (t: number, running: number) => [
-        endpoint("a:1", { ...m, runningRequestsSize: running, waitingQueueSize: aWaiting, updateTime: t }),
-        endpoint("b:1", { ...m, runningRequestsSize: 1, updateTime: t }),
+        endpoint("a:1", {
+          ...m,
+          kvCacheUsagePercent: 0.2 + t / 1000,
+          runningRequestsSize: running,
+          waitingQueueSize: aWaiting,
+          updateTime: t,
+        }),
+        endpoint("b:1", { ...m, kvCacheUsagePercent: 0.2, runningRequestsSize: 1, updateTime: t }),
       ];
       for (const [k, r] of aRunning.entries())
         scheduler.schedule(completion(`p${k}`, "ping?"), pool(1 + k, r), 1 + k);
@@ -413,12 +420,12 @@ describe("SlotCap", () => {
   it("is known after a plateau of scrapes with requests waiting, each scrape counted once", () => {
     const cap = new SlotCap();
     for (let t = 0; t < 4; t++) {
-      cap.observe(t, 64, 3);
-      cap.observe(t, 64, 3);
+      cap.observe(t, 64, 3, t / 100);
+      cap.observe(t, 64, 3, t / 100);
     }
     assert.equal(cap.known, undefined, "four distinct scrapes are not enough");
-    cap.observe(4, 63, 5);
-    cap.observe(5, 64, 2);
+    cap.observe(4, 63, 5, 0.04);
+    cap.observe(5, 64, 2, 0.05);
     assert.equal(cap.known, 64);
     // A higher running count later, even with KV full: the cap was wrong; it must be shown again.
     cap.observe(6, 80, 1, 0.95);
@@ -429,7 +436,7 @@ describe("SlotCap", () => {
     const cap = new SlotCap();
     for (let t = 0; t < 20; t++) cap.observe(t, 30, 4, 0.97);
     assert.equal(cap.known, undefined);
-    for (let t = 20; t < 25; t++) cap.observe(t, 30, 4, 0.5);
+    for (let t = 20; t < 25; t++) cap.observe(t, 30, 4, 0.5 + t / 1000);
     assert.equal(cap.known, 30);
   });
 
@@ -463,7 +470,61 @@ describe("SlotCap", () => {
     // arrived since the last step (mixed-length read a cap of 17 from such a plateau, 1,024 slots).
     for (let t = 40; t < 60; t++) cap.observe(t, 10, 1);
     assert.equal(cap.known, undefined);
-    for (let t = 60; t < 65; t++) cap.observe(t, 10, 2);
+    for (let t = 60; t < 65; t++) cap.observe(t, 10, 2, t / 1000);
     assert.equal(cap.known, 10);
+  });
+
+  it("learns nothing from scrapes of one long step, however many", () => {
+    // Qwen3-32B on scale-512: a 0.5 s prefill step froze a replica's gauges at 3 running, 2 waiting
+    // for five scrapes, which read as a cap of 3 on a replica with 1,024 slots.
+    const cap = new SlotCap();
+    for (let t = 0; t < 50; t++) cap.observe(t, 3, 2, 0.07);
+    assert.equal(cap.known, undefined);
+    // The engine steps again, still at 3 with requests waiting: now it counts.
+    for (let t = 50; t < 55; t++) cap.observe(t, 3, 2, 0.07 + (t - 49) / 1000);
+    assert.equal(cap.known, 3);
+  });
+});
+
+describe("SlotCaps", () => {
+  const scrape = (id: string, t: number, running: number, waiting: number, cacheNumBlocks = 500) =>
+    endpoint(id, {
+      runningRequestsSize: running,
+      waitingQueueSize: waiting,
+      kvCacheUsagePercent: t / 100,
+      updateTime: t,
+      cacheNumBlocks,
+    });
+
+  it("lends a learned cap to replicas of the same shape, and takes it back when it is dropped", () => {
+    const caps = new SlotCaps();
+    for (let t = 0; t < 5; t++) {
+      caps.observe(scrape("a:1", t, 8, 3));
+      caps.observe(scrape("b:1", t, 3, 0));
+      caps.observe(scrape("c:1", t, 3, 0, 900));
+    }
+    assert.equal(caps.capOf("a:1"), 8);
+    assert.equal(caps.capOf("b:1"), 8, "same shape, never ran more than 8: borrows a's");
+    assert.equal(caps.capOf("c:1"), undefined, "another shape borrows nothing");
+    assert.equal(caps.lowest, 8);
+    // b runs 9: a's cap is not b's.
+    caps.observe(scrape("b:1", 5, 9, 0));
+    assert.equal(caps.capOf("b:1"), undefined);
+    // a runs 10: its cap of 8 was wrong, and nobody lends it any more.
+    caps.observe(scrape("a:1", 5, 10, 0));
+    assert.equal(caps.capOf("a:1"), undefined);
+    assert.equal(caps.lowest, undefined);
+    caps.observe(scrape("d:1", 5, 2, 0));
+    assert.equal(caps.capOf("d:1"), undefined);
+  });
+
+  it("forgets endpoints that left the pool, with the caps they lent", () => {
+    const caps = new SlotCaps();
+    for (let t = 0; t < 5; t++) caps.observe(scrape("a:1", t, 8, 3));
+    caps.observe(scrape("b:1", 0, 1, 0));
+    assert.equal(caps.capOf("b:1"), 8);
+    caps.retain(new Set(["b:1"]));
+    assert.equal(caps.capOf("a:1"), undefined);
+    assert.equal(caps.capOf("b:1"), undefined);
   });
 });

@@ -116,7 +116,12 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
   const teach = (f: PrefixCacheAffinityFilter) => {
     for (let t = 1; t <= 6; t++) {
       const eps = [
-        endpoint("a:1", { runningRequestsSize: 4, waitingQueueSize: 3, updateTime: t }),
+        endpoint("a:1", {
+          runningRequestsSize: 4,
+          waitingQueueSize: 3,
+          kvCacheUsagePercent: t / 100,
+          updateTime: t,
+        }),
         endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
         endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
       ];
@@ -151,6 +156,47 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     assert.deepEqual(run(f, now, { "a:1": 3, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
     // c is at a's cap (its own not learned yet): only b takes the request.
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 4 }, 1000), ["b:1"]);
+  });
+
+  /**
+   * b's scrapes show its 4 slots taken with requests waiting (its cap); a's, `aRunning` running and
+   * none waiting; a response every 0.5 s at a. `blocks`: each endpoint's KV block count (its shape).
+   */
+  const teachPeer = (f: PrefixCacheAffinityFilter, aRunning: number, blocks: Record<string, number>) => {
+    for (let t = 1; t <= 6; t++) {
+      const eps = [
+        endpoint("a:1", { runningRequestsSize: aRunning, updateTime: t, cacheNumBlocks: blocks["a:1"] }),
+        endpoint("b:1", {
+          runningRequestsSize: 4,
+          waitingQueueSize: 3,
+          kvCacheUsagePercent: t / 100,
+          updateTime: t,
+          cacheNumBlocks: blocks["b:1"],
+        }),
+        endpoint("c:1", { runningRequestsSize: 1, updateTime: t, cacheNumBlocks: blocks["c:1"] }),
+      ];
+      run(f, eps, { "a:1": aRunning }, 100);
+    }
+    for (let t = 0; t <= 5; t++) f.onResponseComplete(req, "a:1", 10 + t * 0.5);
+    return ["a:1", "b:1", "c:1"].map((id) => endpoint(id, { updateTime: 7, cacheNumBlocks: blocks[id] }));
+  };
+  const same = { "a:1": 2000, "b:1": 2000, "c:1": 2000 };
+
+  it("takes a home's cap from a replica of its shape before the home has shown its own", () => {
+    const f = filter();
+    const eps = teachPeer(f, 2, same);
+    // a has never filled its slots, but b (same KV shape) has 4: a with 6 in flight is full.
+    assert.deepEqual(run(f, eps, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["b:1", "c:1"]);
+    assert.equal(f.decisions["slots-full"], 1);
+  });
+
+  it("lends no cap across shapes, nor to a home that has already run more than it", () => {
+    const other = filter();
+    const eps = teachPeer(other, 2, { ...same, "a:1": 1000 });
+    assert.deepEqual(run(other, eps, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
+    const more = filter();
+    const eps2 = teachPeer(more, 5, same);
+    assert.deepEqual(run(more, eps2, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["a:1"]);
   });
 
   it("is refused, with what to do, beside a gate it cannot join", () => {

@@ -14,7 +14,8 @@
  * kvgate's `releaseWhenSlotsFull`: the load gate counts prefill only, so a sticky endpoint whose
  * sequence slots are all taken (vLLM --max-num-seqs) looks idle while requests queue there for a
  * running one to end. With it, each endpoint's slot cap is learned from its scrapes as
- * decode-load-scorer learns it (slot-cap.ts), and the time between two of its responses ending from
+ * decode-load-scorer learns it (slot-cap.ts; one replica's cap stands for the others of its shape
+ * until they show their own), and the time between two of its responses ending from
  * the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
  * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (the
  * requests ahead of this one beyond the cap, plus one, times that interval), an endpoint with a free
@@ -31,7 +32,7 @@ import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, matchRatio, prefixKey } from "../data.ts";
 import type { LatencyPredictions } from "../latency/data.ts";
 import { latencyKey } from "../latency/data.ts";
-import { SlotCap } from "../scorers/slot-cap.ts";
+import { SlotCaps } from "../scorers/slot-cap.ts";
 
 export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
 
@@ -102,7 +103,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     sticky: 0,
   };
   /** releaseWhenSlotsFull: each endpoint's learned sequence-slot cap, and its completions' pace. */
-  readonly #caps = new Map<string, SlotCap>();
+  readonly #caps = new SlotCaps();
   readonly #pace = new Map<string, { last: number; interval: number }>();
 
   constructor(
@@ -190,15 +191,12 @@ export class PrefixCacheAffinityFilter implements Filter {
     rate: (id: string) => number,
   ): EndpointState[] | null {
     // Every scrape is read, so each cap is learned whether or not its endpoint is sticky this time.
-    let lowest = Number.POSITIVE_INFINITY;
-    for (const e of endpoints) {
-      const cap = this.#observe(e);
-      if (cap !== undefined && cap < lowest) lowest = cap;
-    }
-    if (lowest === Number.POSITIVE_INFINITY) return null;
+    for (const e of endpoints) this.#caps.observe(e);
+    const lowest = this.#caps.lowest;
+    if (lowest === undefined) return null;
     let bestSticky = Number.POSITIVE_INFINITY;
     for (const e of sticky) {
-      const cap = this.#caps.get(e.id)?.known;
+      const cap = this.#caps.capOf(e.id);
       const pace = this.#pace.get(e.id)?.interval;
       if (cap === undefined || pace === undefined || Number.isNaN(pace)) return null;
       const ahead = load.requests(e.id) - cap;
@@ -209,21 +207,11 @@ export class PrefixCacheAffinityFilter implements Filter {
     for (let i = 0; i < endpoints.length; i++) {
       if (isSticky[i] === 1) continue;
       const e = endpoints[i];
-      if (load.requests(e.id) >= (this.#caps.get(e.id)?.known ?? lowest)) continue;
+      if (load.requests(e.id) >= (this.#caps.capOf(e.id) ?? lowest)) continue;
       const start = ttft(e.id) + (load.uncachedRequestTokens(e.id) / rate(e.id)) * 1000;
       if (start < bestSticky) free.push(e);
     }
     return free.length > 0 ? free : null;
-  }
-
-  /** Reads the endpoint's latest scrape into its slot cap; the cap, once learned. */
-  #observe(e: EndpointState): number | undefined {
-    let cap = this.#caps.get(e.id);
-    if (cap === undefined) this.#caps.set(e.id, (cap = new SlotCap()));
-    const m = e.metrics;
-    if (m !== null)
-      cap.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
-    return cap.known;
   }
 
   /** releaseWhenSlotsFull: the pace at which the endpoint's responses end (seconds apart, smoothed). */
@@ -241,7 +229,7 @@ export class PrefixCacheAffinityFilter implements Filter {
 
   /** Endpoints that left the pool take their learned caps and pace with them. */
   retainEndpoints(pool: ReadonlySet<string>): void {
-    for (const id of [...this.#caps.keys()]) if (!pool.has(id)) this.#caps.delete(id);
+    this.#caps.retain(pool);
     for (const id of [...this.#pace.keys()]) if (!pool.has(id)) this.#pace.delete(id);
   }
 

@@ -24,7 +24,7 @@ import type {
 import type { InFlightInfo } from "../data.ts";
 import { inflightKey, need } from "../data.ts";
 import { minMaxLowerIsBetter } from "./metrics.ts";
-import { SlotCap } from "./slot-cap.ts";
+import { type EndpointSlotCap, SlotCaps } from "./slot-cap.ts";
 
 const producerParam = z.string().min(1).optional();
 const inflightNeed = () => [
@@ -182,9 +182,9 @@ export class DecodeLoadScorer extends InflightScorer {
   }
 
   /** Each endpoint's sequence-slot cap, read from its scrapes (unless maxNumSeqs is set). */
-  readonly #slots = new Map<string, SlotCap>();
+  readonly #slots = new SlotCaps();
   /** #slots by position in the candidate list last seen, so a full scan needs no lookup by id. */
-  #slotsAt: SlotCap[] = [];
+  #slotsAt: EndpointSlotCap[] = [];
   #aligned: EndpointPositions | null = null;
   #alignedVersion = -1;
   readonly #full = new ScoreBuffer();
@@ -200,7 +200,7 @@ export class DecodeLoadScorer extends InflightScorer {
     const caps = this.params.maxNumSeqs === undefined ? this.#capsAt(cycle, endpoints) : null;
     for (let i = 0; i < n; i++) {
       const e = endpoints[i];
-      const slots = this.params.maxNumSeqs ?? this.#slotsOf(caps !== null ? caps[i] : this.#cap(e.id), e);
+      const slots = this.params.maxNumSeqs ?? this.#slots.observe(e, caps !== null ? caps[i] : undefined);
       full[i] = slots !== undefined && loads[i] >= slots ? loads[i] - slots + 1 : 0;
       if (full[i] === 0) free++;
       const context = at !== null ? at[i] : (info.contextTokens?.(e.id) ?? 0);
@@ -221,21 +221,12 @@ export class DecodeLoadScorer extends InflightScorer {
 
   /** Endpoints that left the pool take their learned caps with them. */
   retainEndpoints(pool: ReadonlySet<string>): void {
-    for (const id of [...this.#slots.keys()]) if (!pool.has(id)) this.#slots.delete(id);
+    this.#slots.retain(pool);
     this.#aligned = null;
   }
 
-  #cap(id: string): SlotCap {
-    let s = this.#slots.get(id);
-    if (s === undefined) {
-      s = new SlotCap();
-      this.#slots.set(id, s);
-    }
-    return s;
-  }
-
   /** The caps of the candidate list by position; null for another list or without positions. */
-  #capsAt(cycle: CycleState, endpoints: readonly EndpointState[]): SlotCap[] | null {
+  #capsAt(cycle: CycleState, endpoints: readonly EndpointState[]): EndpointSlotCap[] | null {
     if (endpoints !== cycle.candidates) return null;
     const positions = cycle.positions(endpoints);
     if (positions === null) return null;
@@ -244,18 +235,11 @@ export class DecodeLoadScorer extends InflightScorer {
       positions.version !== this.#alignedVersion ||
       this.#slotsAt.length !== endpoints.length
     ) {
-      this.#slotsAt = endpoints.map((e) => this.#cap(e.id));
+      this.#slotsAt = endpoints.map((e) => this.#slots.of(e.id));
       this.#aligned = positions;
       this.#alignedVersion = positions.version;
     }
     return this.#slotsAt;
-  }
-
-  #slotsOf(cap: SlotCap, e: EndpointState): number | undefined {
-    const m = e.metrics;
-    if (m !== null)
-      cap.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
-    return cap.known;
   }
 }
 
