@@ -499,29 +499,29 @@ describe("SlotCaps", () => {
   it("lends a learned cap to replicas of the same shape, and takes it back when it is dropped", () => {
     const caps = new SlotCaps();
     for (let t = 0; t < 5; t++) {
-      caps.observe(scrape("a:1", t, 8, 3));
-      caps.observe(scrape("b:1", t, 3, 0));
-      caps.observe(scrape("c:1", t, 3, 0, 900));
+      caps.read(scrape("a:1", t, 8, 3));
+      caps.read(scrape("b:1", t, 3, 0));
+      caps.read(scrape("c:1", t, 3, 0, 900));
     }
     assert.equal(caps.capOf("a:1"), 8);
     assert.equal(caps.capOf("b:1"), 8, "same shape, never ran more than 8: borrows a's");
     assert.equal(caps.capOf("c:1"), undefined, "another shape borrows nothing");
     assert.equal(caps.lowest, 8);
     // b runs 9: a's cap is not b's.
-    caps.observe(scrape("b:1", 5, 9, 0));
+    caps.read(scrape("b:1", 5, 9, 0));
     assert.equal(caps.capOf("b:1"), undefined);
     // a runs 10: its cap of 8 was wrong, and nobody lends it any more.
-    caps.observe(scrape("a:1", 5, 10, 0));
+    caps.read(scrape("a:1", 5, 10, 0));
     assert.equal(caps.capOf("a:1"), undefined);
     assert.equal(caps.lowest, undefined);
-    caps.observe(scrape("d:1", 5, 2, 0));
+    caps.read(scrape("d:1", 5, 2, 0));
     assert.equal(caps.capOf("d:1"), undefined);
   });
 
   it("forgets endpoints that left the pool, with the caps they lent", () => {
     const caps = new SlotCaps();
-    for (let t = 0; t < 5; t++) caps.observe(scrape("a:1", t, 8, 3));
-    caps.observe(scrape("b:1", 0, 1, 0));
+    for (let t = 0; t < 5; t++) caps.read(scrape("a:1", t, 8, 3));
+    caps.read(scrape("b:1", 0, 1, 0));
     assert.equal(caps.capOf("b:1"), 8);
     caps.retain(new Set(["b:1"]));
     assert.equal(caps.capOf("a:1"), undefined);

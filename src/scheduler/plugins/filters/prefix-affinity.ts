@@ -191,7 +191,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     rate: (id: string) => number,
   ): EndpointState[] | null {
     // Every scrape is read, so each cap is learned whether or not its endpoint is sticky this time.
-    for (const e of endpoints) this.#caps.observe(e);
+    for (const e of endpoints) this.#caps.read(e);
     const lowest = this.#caps.lowest;
     if (lowest === undefined) return null;
     let bestSticky = Number.POSITIVE_INFINITY;

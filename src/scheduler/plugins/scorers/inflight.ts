@@ -200,7 +200,12 @@ export class DecodeLoadScorer extends InflightScorer {
     const caps = this.params.maxNumSeqs === undefined ? this.#capsAt(cycle, endpoints) : null;
     for (let i = 0; i < n; i++) {
       const e = endpoints[i];
-      const slots = this.params.maxNumSeqs ?? this.#slots.observe(e, caps !== null ? caps[i] : undefined);
+      let slots = this.params.maxNumSeqs;
+      if (slots === undefined) {
+        const c = caps !== null ? caps[i] : this.#slots.of(e.id);
+        this.#slots.read(e, c);
+        slots = this.#slots.cap(c);
+      }
       full[i] = slots !== undefined && loads[i] >= slots ? loads[i] - slots + 1 : 0;
       if (full[i] === 0) free++;
       const context = at !== null ? at[i] : (info.contextTokens?.(e.id) ?? 0);

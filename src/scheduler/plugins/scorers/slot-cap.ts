@@ -32,8 +32,11 @@ export class SlotCap {
   #max = 0;
   #waiting = 0;
   #atMax = 0;
+  #known: number | undefined;
   /** The last scrape's running count, waiting count and KV utilisation. */
-  readonly #prev = [Number.NaN, Number.NaN, Number.NaN];
+  #prevRunning = Number.NaN;
+  #prevWaiting = Number.NaN;
+  #prevKv = Number.NaN;
 
   /** One scrape (repeated reads of the same scrape, same `updateTime`, count once). */
   observe(updateTime: number, running: number, waiting: number, kvUsage = 0): void {
@@ -41,15 +44,16 @@ export class SlotCap {
     this.#last = updateTime;
     // The same counts and KV to the last digit as the scrape before: the engine has not finished a
     // step since (vLLM sets its gauges at the end of one), so this is the same evidence again.
-    const same = running === this.#prev[0] && waiting === this.#prev[1] && kvUsage === this.#prev[2];
-    this.#prev[0] = running;
-    this.#prev[1] = waiting;
-    this.#prev[2] = kvUsage;
+    const same = running === this.#prevRunning && waiting === this.#prevWaiting && kvUsage === this.#prevKv;
+    this.#prevRunning = running;
+    this.#prevWaiting = waiting;
+    this.#prevKv = kvUsage;
     if (same) return;
     if (running > this.#max) {
       this.#max = running;
       this.#waiting = 0;
       this.#atMax = 0;
+      this.#known = undefined;
     }
     // Requests waiting for KV, not for a slot: no evidence either way.
     if (kvUsage >= KV_FULL) return;
@@ -62,6 +66,7 @@ export class SlotCap {
       this.#atMax++;
     }
     this.#waiting++;
+    this.#known = this.#waiting >= SLOT_SCRAPES && this.#atMax * 2 >= this.#waiting ? this.#max : undefined;
   }
 
   /** The highest running count the scrapes have shown. */
@@ -71,7 +76,7 @@ export class SlotCap {
 
   /** The learned cap, or undefined while the scrapes show none. */
   get known(): number | undefined {
-    return this.#waiting >= SLOT_SCRAPES && this.#atMax * 2 >= this.#waiting ? this.#max : undefined;
+    return this.#known;
   }
 }
 
@@ -82,6 +87,8 @@ const SLOT_SCRAPES = 5;
 
 /** One endpoint's learner in SlotCaps: its shape, and the cap it lends (as of its last scrape). */
 export class EndpointSlotCap extends SlotCap {
+  /** updateTime of the last scrape read. */
+  seen = Number.NaN;
   shape = -1;
   lent: number | undefined;
 }
@@ -89,9 +96,8 @@ export class EndpointSlotCap extends SlotCap {
 /** Every endpoint's SlotCap, each lending its learned cap to endpoints of its shape (module comment). */
 export class SlotCaps {
   readonly #caps = new Map<string, EndpointSlotCap>();
-  /** The lowest cap learned per shape; rebuilt when a cap is learned or dropped. */
+  /** The lowest cap learned per shape, rebuilt whenever one is learned, dropped or moves shape. */
   #byShape = new Map<number, number>();
-  #stale = false;
 
   /** The endpoint's learner (the same object for the same id until it leaves the pool). */
   of(id: string): EndpointSlotCap {
@@ -100,42 +106,40 @@ export class SlotCaps {
     return c;
   }
 
-  /**
-   * Reads the endpoint's latest scrape into its learner (`c`, looked up when not given); its cap
-   * (capOf) after that.
-   */
-  observe(e: EndpointState, c: EndpointSlotCap = this.of(e.id)): number | undefined {
+  /** Reads the endpoint's latest scrape, once, into its learner (`c`, looked up when not given). */
+  read(e: EndpointState, c: EndpointSlotCap = this.of(e.id)): void {
     const m = e.metrics;
-    if (m !== null) {
-      c.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
-      c.shape = m.cacheNumBlocks === undefined ? -1 : m.cacheNumBlocks * 65536 + (m.cacheBlockSize ?? 0);
-      if (c.known !== c.lent) {
-        c.lent = c.known;
-        this.#stale = true;
-      }
+    if (m === null || m.updateTime === c.seen) return;
+    c.seen = m.updateTime;
+    c.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent);
+    const shape = m.cacheNumBlocks === undefined ? -1 : m.cacheNumBlocks * 65536 + (m.cacheBlockSize ?? 0);
+    const moved = shape !== c.shape;
+    c.shape = shape;
+    if (c.known !== c.lent || (moved && c.lent !== undefined)) {
+      c.lent = c.known;
+      this.#rebuild();
     }
-    return this.#capOf(c);
   }
 
   /**
-   * The endpoint's cap: its own once learned, else the lowest its shape's endpoints have learned
-   * unless it has already run more requests than that; undefined when neither is known.
+   * A learner's cap: its own once learned, else the lowest its shape's endpoints have learned unless
+   * it has already run more requests than that; undefined when neither is known.
    */
-  capOf(id: string): number | undefined {
-    const c = this.#caps.get(id);
-    return c === undefined ? undefined : this.#capOf(c);
-  }
-
-  #capOf(c: EndpointSlotCap): number | undefined {
-    if (c.known !== undefined) return c.known;
-    if (this.#stale) this.#rebuild();
+  cap(c: EndpointSlotCap | undefined): number | undefined {
+    if (c === undefined) return undefined;
+    const own = c.known;
+    if (own !== undefined || this.#byShape.size === 0) return own;
     const peer = this.#byShape.get(c.shape);
     return peer !== undefined && c.highest <= peer ? peer : undefined;
   }
 
+  /** cap() of the endpoint with this id. */
+  capOf(id: string): number | undefined {
+    return this.cap(this.#caps.get(id));
+  }
+
   /** The lowest cap any endpoint has learned, or undefined. */
   get lowest(): number | undefined {
-    if (this.#stale) this.#rebuild();
     let low: number | undefined;
     for (const v of this.#byShape.values()) if (low === undefined || v < low) low = v;
     return low;
@@ -144,7 +148,7 @@ export class SlotCaps {
   /** Endpoints that left the pool take their caps with them. */
   retain(pool: ReadonlySet<string>): void {
     for (const id of [...this.#caps.keys()]) if (!pool.has(id)) this.#caps.delete(id);
-    this.#stale = true;
+    this.#rebuild();
   }
 
   #rebuild(): void {
@@ -155,6 +159,5 @@ export class SlotCaps {
       if (v === undefined || c.lent < v) by.set(c.shape, c.lent);
     }
     this.#byShape = by;
-    this.#stale = false;
   }
 }
