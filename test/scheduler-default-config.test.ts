@@ -518,6 +518,28 @@ describe("SlotCaps", () => {
     assert.equal(caps.capOf("d:1"), undefined);
   });
 
+  it("lends only within one pod template when the pods carry its revision label", () => {
+    const caps = new SlotCaps();
+    const pod = (id: string, t: number, running: number, waiting: number, hash: string) =>
+      endpoint(
+        id,
+        {
+          runningRequestsSize: running,
+          waitingQueueSize: waiting,
+          kvCacheUsagePercent: t / 100,
+          updateTime: t,
+        },
+        { "pod-template-hash": hash },
+      );
+    for (let t = 0; t < 5; t++) {
+      caps.read(pod("a:1", t, 8, 3, "5d9f"));
+      caps.read(pod("b:1", t, 3, 0, "5d9f"));
+      caps.read(pod("canary:1", t, 3, 0, "77c1"));
+    }
+    assert.equal(caps.capOf("b:1"), 8);
+    assert.equal(caps.capOf("canary:1"), undefined, "another template may run other flags");
+  });
+
   it("forgets endpoints that left the pool, with the caps they lent", () => {
     const caps = new SlotCaps();
     for (let t = 0; t < 5; t++) caps.read(scrape("a:1", t, 8, 3));
