@@ -138,7 +138,8 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
   it("sends the request where it starts sooner when every slot of its home is taken", () => {
     const f = filter();
     teach(f);
-    // a: 6 in flight for 4 slots, so 3 ahead × 0.5 s = 1.5 s; b and c: 1,000 cold tokens ≈ 63 ms.
+    // a: 6 in flight for 4 slots, so the third end from now: (3 + 1.28·√3) × 0.5 s ≈ 2.6 s at the
+    // 90th percentile; b and c: 1,000 cold tokens ≈ 63 ms.
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000), ["b:1", "c:1"]);
     assert.equal(f.decisions["slots-full"], 1);
   });
@@ -146,8 +147,18 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
   it("keeps the home while a cold prefill elsewhere would take longer than the wait for a slot", () => {
     const f = filter();
     teach(f);
-    // 100,000 cold tokens ≈ 6.3 s at 15,928 tok/s, against 1.5 s for a slot at home.
+    // 100,000 cold tokens ≈ 6.3 s at 15,928 tok/s, against ≈ 2.6 s for a slot at home.
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 100_000), ["a:1"]);
+  });
+
+  it("weighs the wait for a slot at its tail, not its mean", () => {
+    const f = filter();
+    teach(f);
+    // a at exactly its cap: the next end is 0.5 s away on average, (1 + 1.28) × 0.5 ≈ 1.14 s at the
+    // 90th percentile; 12,000 cold tokens elsewhere take ≈ 0.75 s, so the request leaves.
+    assert.deepEqual(run(f, now, { "a:1": 4, "b:1": 1, "c:1": 1 }, 12_000), ["b:1", "c:1"]);
+    // 20,000 cold tokens (≈ 1.26 s) are slower than even that tail: it stays.
+    assert.deepEqual(run(f, now, { "a:1": 4, "b:1": 1, "c:1": 1 }, 20_000), ["a:1"]);
   });
 
   it("keeps the home while it has a free slot, and skips endpoints whose slots are taken too", () => {

@@ -17,8 +17,9 @@
  * decode-load-scorer learns it (slot-cap.ts; one replica's cap stands for the others of its shape
  * until they show their own), and the time between two of its responses ending from
  * the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
- * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (the
- * requests ahead of this one beyond the cap, plus one, times that interval), an endpoint with a free
+ * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (k = the
+ * requests ahead of this one beyond the cap, plus one, ends at that interval, counted at their 90th
+ * percentile as if ends came at random: k·interval + 1.28·√k·interval), an endpoint with a free
  * slot's adds this request's uncached prompt at its prefill rate, and the request goes to the free
  * endpoints that would start it sooner than the best sticky one ("slots-full"). Otherwise (a free
  * slot on a sticky endpoint, no cap or interval learned yet) stickiness holds as before.
@@ -201,7 +202,12 @@ export class PrefixCacheAffinityFilter implements Filter {
       if (cap === undefined || pace === undefined || Number.isNaN(pace)) return null;
       const ahead = load.requests(e.id) - cap;
       if (ahead < 0) return null;
-      bestSticky = Math.min(bestSticky, ttft(e.id) + (ahead + 1) * pace * 1000);
+      // The slot frees when the (ahead + 1)-th of the running requests ends: at the completions'
+      // pace on average, but a full batch's next end comes at no steady beat. The request is held to
+      // its TTFT at the tail, so the wait counted is the 90th percentile of k gaps of that mean, as
+      // if completions came at random: k·pace + z₀.₉·√k·pace (normal approximation).
+      const k = ahead + 1;
+      bestSticky = Math.min(bestSticky, ttft(e.id) + (k + Z90 * Math.sqrt(k)) * pace * 1000);
     }
     const free: EndpointState[] = [];
     for (let i = 0; i < endpoints.length; i++) {
@@ -327,6 +333,8 @@ export class PrefixCacheAffinityFilter implements Filter {
 
 /** Weight of the newest gap in the completions' moving average. */
 const PACE_WEIGHT = 0.2;
+/** The standard normal's 90th percentile. */
+const Z90 = 1.2816;
 
 export const affinityFilterSpec = spec({
   type: AFFINITY_FILTER_TYPE,
