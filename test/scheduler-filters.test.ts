@@ -169,6 +169,32 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 4 }, 1000), ["b:1"]);
   });
 
+  it("drops a full home for another home with a free slot that starts the request sooner", () => {
+    const f = filter();
+    teach(f);
+    // The prompt is held by a and c. `queued`: uncached prompt tokens waiting for prefill on each.
+    const both = (inflight: Record<string, number>, queued: Record<string, number>) => {
+      const x = cycleFor(req, now, 0, 1);
+      x.set(prefixKey("p"), prefixInfo(10, 64, { "a:1": 10, "c:1": 10 }));
+      const info: InFlightInfo = {
+        requests: (id) => inflight[id] ?? 0,
+        tokens: (id) => queued[id] ?? 0,
+        uncachedRequestTokens: (id) => (id === "b:1" ? 1000 : 0),
+      };
+      x.set(inflightKey("i"), info);
+      return ids(f.filter(x, now));
+    };
+    // a: 6 in flight for 4 slots, ≈ 2.6 s to a slot at the 90th percentile; c: a free slot behind
+    // 10,000 queued tokens, ≈ 0.63 s at 15,928 tok/s. The request stays warm, on c.
+    assert.deepEqual(both({ "a:1": 6, "c:1": 2 }, { "c:1": 10_000 }), ["c:1"]);
+    assert.equal(f.decisions["slots-full"], 1);
+    // c behind 100,000 queued tokens (≈ 6.3 s): a's slot comes sooner, and both stay to the scorers.
+    assert.deepEqual(both({ "a:1": 6, "c:1": 2 }, { "c:1": 100_000 }), ["a:1", "c:1"]);
+    // a with a free slot: nothing is dropped.
+    assert.deepEqual(both({ "a:1": 3, "c:1": 2 }, { "c:1": 10_000 }), ["a:1", "c:1"]);
+    assert.equal(f.decisions["slots-full"], 1);
+  });
+
   /**
    * b's scrapes show its 4 slots taken with requests waiting (its cap); a's, `aRunning` running and
    * none waiting; a response every 0.5 s at a. `blocks`: each endpoint's KV block count (its shape).

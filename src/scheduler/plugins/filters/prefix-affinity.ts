@@ -21,8 +21,13 @@
  * requests ahead of this one beyond the cap, plus one, ends at that interval, counted at their 90th
  * percentile as if ends came at random: k·interval + 1.28·√k·interval), an endpoint with a free
  * slot's adds this request's uncached prompt at its prefill rate, and the request goes to the free
- * endpoints that would start it sooner than the best sticky one ("slots-full"). Otherwise (a free
- * slot on a sticky endpoint, no cap or interval learned yet) stickiness holds as before.
+ * endpoints that would start it sooner than the best sticky one ("slots-full"). When only some
+ * sticky endpoints are full (a prompt held by two replicas), the full ones that would start it later
+ * than the best of the others are dropped, and it stays on the sticky ones ("slots-full"): the load
+ * scorers after the filter would weigh that replica's empty prefill queue against the other's, not
+ * its wait for a slot (locality-regional-spike at seed 7: 0.25–0.77 s first tokens at a full home
+ * while the prompt's other home had 13 slots free behind 0.3 s of prefill). Otherwise (no
+ * sticky endpoint known full, no cap or interval learned yet) stickiness holds as before.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
@@ -106,6 +111,8 @@ export class PrefixCacheAffinityFilter implements Filter {
   /** releaseWhenSlotsFull: each endpoint's learned sequence-slot cap, and its completions' pace. */
   readonly #caps = new SlotCaps();
   readonly #pace = new Map<string, { last: number; interval: number }>();
+  /** Per-call scratch of #sooner: each sticky endpoint's estimated start (ms). */
+  #starts = new Float64Array(8);
 
   constructor(
     name: string,
@@ -181,7 +188,9 @@ export class PrefixCacheAffinityFilter implements Filter {
 
   /**
    * releaseWhenSlotsFull: when every sticky endpoint's slots are taken, the endpoints with a free slot
-   * that would start the request sooner than the best sticky one (TTFTs in ms), else null.
+   * that would start the request sooner than the best sticky one (TTFTs in ms); when only some are,
+   * the sticky endpoints without the full ones that would start it later than the best of the
+   * others; else null.
    */
   #sooner(
     endpoints: readonly EndpointState[],
@@ -195,19 +204,43 @@ export class PrefixCacheAffinityFilter implements Filter {
     for (const e of endpoints) this.#caps.read(e);
     const lowest = this.#caps.lowest;
     if (lowest === undefined) return null;
+    // Each sticky endpoint's start: its queued prefill, plus the wait for a slot when it is full.
     let bestSticky = Number.POSITIVE_INFINITY;
-    for (const e of sticky) {
+    let bestOpen = Number.POSITIVE_INFINITY;
+    const starts =
+      this.#starts.length >= sticky.length
+        ? this.#starts
+        : (this.#starts = new Float64Array(sticky.length * 2));
+    for (let j = 0; j < sticky.length; j++) {
+      const e = sticky[j];
       const cap = this.#caps.capOf(e.id);
       const pace = this.#pace.get(e.id)?.interval;
-      if (cap === undefined || pace === undefined || Number.isNaN(pace)) return null;
-      const ahead = load.requests(e.id) - cap;
-      if (ahead < 0) return null;
-      // The slot frees when the (ahead + 1)-th of the running requests ends: at the completions'
-      // pace on average, but a full batch's next end comes at no steady beat. The request is held to
-      // its TTFT at the tail, so the wait counted is the 90th percentile of k gaps of that mean, as
-      // if completions came at random: k·pace + z₀.₉·√k·pace (normal approximation).
-      const k = ahead + 1;
-      bestSticky = Math.min(bestSticky, ttft(e.id) + (k + Z90 * Math.sqrt(k)) * pace * 1000);
+      const ahead = cap === undefined ? -1 : load.requests(e.id) - cap;
+      const start = ttft(e.id);
+      if (ahead < 0 || pace === undefined || Number.isNaN(pace)) {
+        // A free slot, or no cap or pace learned yet: no wait for a slot is known (NaN: open).
+        bestOpen = Math.min(bestOpen, start);
+        starts[j] = Number.NaN;
+        bestSticky = Math.min(bestSticky, start);
+      } else {
+        // The slot frees when the (ahead + 1)-th of the running requests ends: at the completions'
+        // pace on average, but a full batch's next end comes at no steady beat. The request is held
+        // to its TTFT at the tail, so the wait counted is the 90th percentile of k gaps of that
+        // mean, as if completions came at random: k·pace + z₀.₉·√k·pace (normal approximation).
+        const k = ahead + 1;
+        starts[j] = start + (k + Z90 * Math.sqrt(k)) * pace * 1000;
+        bestSticky = Math.min(bestSticky, starts[j]);
+      }
+    }
+    if (bestOpen < Number.POSITIVE_INFINITY) {
+      // A sticky endpoint with a free slot (or none known full): the full ones that would start the
+      // request later than the best open one are dropped, and the request stays on sticky ones.
+      let late = 0;
+      for (let j = 0; j < sticky.length; j++) if (starts[j] > bestOpen) late++;
+      if (late === 0) return null;
+      const keep: EndpointState[] = [];
+      for (let j = 0; j < sticky.length; j++) if (!(starts[j] > bestOpen)) keep.push(sticky[j]);
+      return keep;
     }
     const free: EndpointState[] = [];
     for (let i = 0; i < endpoints.length; i++) {
