@@ -9,8 +9,9 @@ import { before, describe, it } from "node:test";
 import fc from "fast-check";
 import type { Hasher } from "../src/scheduler/hash.ts";
 import { createXxHasher } from "../src/scheduler/hash.ts";
+import type { InFlightInfo } from "../src/scheduler/plugins/data.ts";
 import { PrefillRateEstimator } from "../src/scheduler/plugins/inflight/prefill-rate.ts";
-import { SlotCap, SlotCaps } from "../src/scheduler/plugins/scorers/slot-cap.ts";
+import { SlotCap, SlotCaps, stalledAt } from "../src/scheduler/plugins/scorers/slot-cap.ts";
 import { createScheduler } from "../src/scheduler/scheduler.ts";
 import { completion, endpoint } from "../src/scheduler/testing.ts";
 import type { EndpointState, RequestFacts } from "../src/scheduler/types.ts";
@@ -483,6 +484,55 @@ describe("SlotCap", () => {
     // The engine steps again, still at 3 with requests waiting: now it counts.
     for (let t = 50; t < 55; t++) cap.observe(t, 3, 2, 0.07 + (t - 49) / 1000);
     assert.equal(cap.known, 3);
+  });
+});
+
+describe("SlotCap, with a request of the gateway's stalled there", () => {
+  it("believes the plateau after two scrapes, a lone waiting request counted", () => {
+    const plain = new SlotCap();
+    const stalled = new SlotCap();
+    // 48 running, one waiting, scrape after scrape: without a stall that may be an arrival since
+    // the last step, every time.
+    for (let t = 0; t < 2; t++) {
+      plain.observe(t, 48, 1, t / 100);
+      stalled.observe(t, 48, 1, t / 100, true);
+    }
+    assert.equal(plain.known, undefined);
+    assert.equal(stalled.known, 48, "the gateway's own request has waited far longer than a step");
+    // Two waiting at 48: five scrapes without a stall, two with one.
+    const five = new SlotCap();
+    for (let t = 0; t < 4; t++) five.observe(t, 48, 2, t / 100);
+    assert.equal(five.known, undefined);
+    five.observe(4, 48, 2, 0.04);
+    assert.equal(five.known, 48);
+  });
+
+  it("forgets the stall once a scrape shows no request waiting", () => {
+    const cap = new SlotCap();
+    cap.observe(0, 40, 2, 0.01, true);
+    // The queue drained: whatever held that request back has passed.
+    cap.observe(1, 40, 0, 0.02);
+    cap.observe(2, 40, 2, 0.03);
+    assert.equal(cap.known, undefined, "one stalled scrape, then a drained one");
+    cap.observe(3, 40, 2, 0.04, true);
+    assert.equal(cap.known, 40, "stalled again, with two scrapes of evidence");
+  });
+
+  it("is told of a stall only when the oldest waiting request is far past its endpoint's usual start", () => {
+    const load = (since: number | undefined, usual: number | undefined) =>
+      ({
+        requests: () => 0,
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+        oldestWaitingSince: () => since,
+        usualWaitToStart: () => usual,
+      }) as InFlightInfo;
+    assert.equal(stalledAt(load(10, 0.05), "a", 10.2), true, "0.2 s against a usual 50 ms");
+    assert.equal(stalledAt(load(10, 0.05), "a", 10.12), false, "0.12 s: under three times 50 ms");
+    assert.equal(stalledAt(load(10, 0.01), "a", 10.05), false, "under the 0.1 s floor");
+    assert.equal(stalledAt(load(10, 1.0), "a", 12), false, "a replica that usually takes 1 s");
+    assert.equal(stalledAt(load(undefined, 0.05), "a", 12), false, "nothing waiting");
+    assert.equal(stalledAt(load(10, undefined), "a", 12), false, "no start seen yet");
   });
 });
 

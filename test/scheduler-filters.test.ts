@@ -169,6 +169,42 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     assert.deepEqual(run(f, now, { "a:1": 6, "b:1": 1, "c:1": 4 }, 1000), ["b:1"]);
   });
 
+  it("knows a home full after two scrapes while a request of the gateway's is stalled there", () => {
+    /** Two scrapes of a at 4 running, 1 waiting; `stalled`: a request there picked 0.5 s before. */
+    const learn = (stalled: boolean) => {
+      const f = filter();
+      for (let t = 1; t <= 2; t++) {
+        const eps = [
+          endpoint("a:1", {
+            runningRequestsSize: 4,
+            waitingQueueSize: 1,
+            kvCacheUsagePercent: t / 100,
+            updateTime: t,
+          }),
+          endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
+          endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
+        ];
+        const x = cycleFor(req, eps, t, 1);
+        x.set(prefixKey("p"), prefixInfo(10, 64, { "a:1": 10 }));
+        const info: InFlightInfo = {
+          requests: (id) => (id === "a:1" ? 5 : 1),
+          tokens: () => 0,
+          uncachedRequestTokens: (id) => (id === "a:1" ? 0 : 100),
+          oldestWaitingSince: (id) => (id === "a:1" && stalled ? t - 0.5 : undefined),
+          usualWaitToStart: () => 0.05,
+        };
+        x.set(inflightKey("i"), info);
+        f.filter(x, eps);
+      }
+      for (let t = 0; t <= 5; t++) f.onResponseComplete(req, "a:1", 10 + t * 0.5);
+      return run(f, now, { "a:1": 6, "b:1": 1, "c:1": 1 }, 1000);
+    };
+    // Half a second against a usual 50 ms start: a's 4 slots are its cap, and the request leaves.
+    assert.deepEqual(learn(true), ["b:1", "c:1"]);
+    // Without the stall, two scrapes with one request waiting teach nothing: a keeps it.
+    assert.deepEqual(learn(false), ["a:1"]);
+  });
+
   it("drops a full home for another home with a free slot that starts the request sooner", () => {
     const f = filter();
     teach(f);

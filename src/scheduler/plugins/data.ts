@@ -77,6 +77,13 @@ export interface InFlightInfo {
    * held until each ends: the context its decode steps read.
    */
   contextTokens?(endpointId: string): number;
+  /**
+   * Optional: when the oldest of the gateway's requests on the endpoint still waiting for its first
+   * token was picked (seconds); undefined when none waits.
+   */
+  oldestWaitingSince?(endpointId: string): number | undefined;
+  /** Optional: the endpoint's usual wait from pick to first token (a moving average, seconds). */
+  usualWaitToStart?(endpointId: string): number | undefined;
 }
 
 export function prefixKey(producerName: string): DataKey<PrefixMatchInfo> {

@@ -15,8 +15,9 @@
  * sequence slots are all taken (vLLM --max-num-seqs) looks idle while requests queue there for a
  * running one to end. With it, each endpoint's slot cap is learned from its scrapes as
  * decode-load-scorer learns it (slot-cap.ts; one replica's cap stands for the others of its shape
- * until they show their own), and the time between two of its responses ending from
- * the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
+ * until they show their own, and a replica where a request of the gateway's is stalled waiting to
+ * start shows its cap in two scrapes, not five), and the time between two of its responses ending
+ * from the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
  * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (k = the
  * requests ahead of this one beyond the cap, plus one, ends at that interval, counted at their 90th
  * percentile as if ends came at random: k·interval + 1.28·√k·interval), an endpoint with a free
@@ -38,7 +39,7 @@ import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, matchRatio, prefixKey } from "../data.ts";
 import type { LatencyPredictions } from "../latency/data.ts";
 import { latencyKey } from "../latency/data.ts";
-import { SlotCaps } from "../scorers/slot-cap.ts";
+import { SlotCaps, stalledAt } from "../scorers/slot-cap.ts";
 
 export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
 
@@ -159,7 +160,7 @@ export class PrefixCacheAffinityFilter implements Filter {
       const rate = (id: string) => learned?.(id) ?? p.peakPrefillThroughput;
       const ttft = (id: string) => (load.tokens(id) / rate(id)) * 1000;
       if (p.releaseWhenSlotsFull) {
-        const free = this.#sooner(endpoints, sticky, isSticky, load, ttft, rate);
+        const free = this.#sooner(endpoints, sticky, isSticky, load, ttft, rate, cycle.now);
         if (free !== null) return this.#done("slots-full", free);
       }
       let bestSticky = Number.POSITIVE_INFINITY;
@@ -199,9 +200,11 @@ export class PrefixCacheAffinityFilter implements Filter {
     load: InFlightInfo,
     ttft: (id: string) => number,
     rate: (id: string) => number,
+    now: number,
   ): EndpointState[] | null {
     // Every scrape is read, so each cap is learned whether or not its endpoint is sticky this time.
-    for (const e of endpoints) this.#caps.read(e);
+    const stalled = (id: string) => stalledAt(load, id, now);
+    for (const e of endpoints) this.#caps.read(e, undefined, stalled);
     const lowest = this.#caps.lowest;
     if (lowest === undefined) return null;
     // Each sticky endpoint's start: its queued prefill, plus the wait for a slot when it is full.

@@ -54,6 +54,8 @@ interface Entry {
   context: number;
   /** The endpoint's simulated seconds per wall second when picked (1 for a real server). */
   timeScale: number;
+  /** Its first token has come (or it ended): no longer waiting to start. */
+  started: boolean;
 }
 
 export class InflightLoadProducer implements DataProducer, PreRequestHook, ResponseHooks {
@@ -66,6 +68,10 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
   readonly prefillRates = new PrefillRateEstimator();
   /** Recent picks per endpoint (time, uncached prompt tokens): KV a scrape has not seen yet. */
   readonly recentPicks = new RecentPicks();
+  /** Per endpoint, its entries in pick order until each starts (the head dropped lazily). */
+  readonly #pending = new Map<string, { entries: Entry[]; head: number }>();
+  /** Per endpoint, a moving average of its requests' waits from pick to first token (seconds). */
+  readonly #startWait = new Map<string, number>();
   /**
    * Peer gateways' in-flight load (src/scheduler/sync.ts), per peer: endpoint → [requests, tokens],
    * summed into the counters the scorers read. Empty for a single gateway.
@@ -154,8 +160,13 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
         pickedAt: now,
         context,
         timeScale,
+        started: false,
       });
       this.recentPicks.add(id, now, promptTokens);
+      let q = this.#pending.get(id);
+      if (q === undefined) this.#pending.set(id, (q = { entries: [], head: 0 }));
+      else dropStarted(q, id);
+      q.entries.push(entries[entries.length - 1]);
     }
     if (entries.length > 0) this.#records.set(result.requestId, entries);
   }
@@ -171,8 +182,12 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     if (entries.length === 1 && only.profile !== PREFILL_PROFILE) {
       const s = only.timeScale;
       this.prefillRates.observe(only.endpointId, only.pickedAt * s, now * s, only.promptTokens);
+      const w = now - only.pickedAt;
+      const avg = this.#startWait.get(only.endpointId);
+      this.#startWait.set(only.endpointId, avg === undefined ? w : avg + START_WAIT_WEIGHT * (w - avg));
     }
     for (const e of entries) {
+      e.started = true;
       if (e.profile === PREFILL_PROFILE) this.#release(e, true);
       else if (!this.params.addEstimatedOutputTokens) this.#release(e, false);
     }
@@ -182,7 +197,10 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     const entries = this.#records.get(req.requestId);
     if (entries === undefined) return;
     this.#reattribute(entries, endpointId);
-    for (const e of entries) this.#release(e, true);
+    for (const e of entries) {
+      e.started = true;
+      this.#release(e, true);
+    }
     this.#records.delete(req.requestId);
   }
 
@@ -215,6 +233,22 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
       this.#counters.bump(CONTEXT, e.endpointId, -e.context);
       e.context = 0;
     }
+  }
+
+  /**
+   * When the oldest of this gateway's requests on the endpoint still waiting for its first token was
+   * picked (undefined: none waits).
+   */
+  oldestWaitingSince(endpointId: string): number | undefined {
+    const q = this.#pending.get(endpointId);
+    if (q === undefined) return undefined;
+    dropStarted(q, endpointId);
+    return q.head < q.entries.length ? q.entries[q.head].pickedAt : undefined;
+  }
+
+  /** The endpoint's usual wait from pick to first token (a moving average, seconds), if any. */
+  usualWaitToStart(endpointId: string): number | undefined {
+    return this.#startWait.get(endpointId);
   }
 
   /** Whole prompt tokens of this gateway's requests in flight on the endpoint. */
@@ -271,6 +305,8 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     this.#counters.retain(pool);
     this.prefillRates.retain(pool);
     this.recentPicks.retain(pool);
+    for (const id of [...this.#pending.keys()]) if (!pool.has(id)) this.#pending.delete(id);
+    for (const id of [...this.#startWait.keys()]) if (!pool.has(id)) this.#startWait.delete(id);
   }
 
   endpointView(endpointId: string): Record<string, unknown> {
@@ -294,6 +330,25 @@ export class InflightLoadProducer implements DataProducer, PreRequestHook, Respo
     return { inflightRequests: requests, inflightTokens: tokens, trackedRequests: this.#records.size };
   }
 }
+
+/**
+ * Drops the started (or failed-over) entries at the head of an endpoint's waiting queue, compacting
+ * it once most of it is dropped: it holds at most the requests picked since its oldest waiting one.
+ */
+function dropStarted(q: { entries: Entry[]; head: number }, id: string): void {
+  const { entries } = q;
+  while (q.head < entries.length && (entries[q.head].started || entries[q.head].endpointId !== id)) q.head++;
+  if (q.head >= entries.length) {
+    entries.length = 0;
+    q.head = 0;
+  } else if (q.head > 32 && q.head * 2 > entries.length) {
+    q.entries = entries.slice(q.head);
+    q.head = 0;
+  }
+}
+
+/** Weight of the newest wait in the moving average of waits to a first token. */
+const START_WAIT_WEIGHT = 0.1;
 
 const REQUESTS = 0;
 const TOKENS = 1;
@@ -406,6 +461,14 @@ class InflightView implements InFlightInfo {
 
   contextTokens(id: string): number {
     return this.producer.contextTokens(id);
+  }
+
+  oldestWaitingSince(id: string): number | undefined {
+    return this.producer.oldestWaitingSince(id);
+  }
+
+  usualWaitToStart(id: string): number | undefined {
+    return this.producer.usualWaitToStart(id);
   }
 
   uncachedForAll(): number | null {
