@@ -112,21 +112,20 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     x.set(inflightKey("i"), info);
     return ids(f.filter(x, eps));
   };
+  /** A scrape at `t` of a running 4 with `waiting` waiting (a stepping engine's KV moves); b, c idle. */
+  const fullAt = (t: number, waiting: number) => [
+    endpoint("a:1", {
+      runningRequestsSize: 4,
+      waitingQueueSize: waiting,
+      kvCacheUsagePercent: t / 100,
+      updateTime: t,
+    }),
+    endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
+    endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
+  ];
   /** Scrapes showing a's 4 slots taken with requests waiting (its cap), then a response every 0.5 s there. */
   const teach = (f: PrefixCacheAffinityFilter) => {
-    for (let t = 1; t <= 6; t++) {
-      const eps = [
-        endpoint("a:1", {
-          runningRequestsSize: 4,
-          waitingQueueSize: 3,
-          kvCacheUsagePercent: t / 100,
-          updateTime: t,
-        }),
-        endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
-        endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
-      ];
-      run(f, eps, { "a:1": 3 }, 100);
-    }
+    for (let t = 1; t <= 6; t++) run(f, fullAt(t, 3), { "a:1": 3 }, 100);
     for (let t = 0; t <= 5; t++) f.onResponseComplete(req, "a:1", 10 + t * 0.5);
   };
   const now = [
@@ -174,16 +173,7 @@ describe("prefix-cache-affinity-filter, releaseWhenSlotsFull", () => {
     const learn = (stalled: boolean) => {
       const f = filter();
       for (let t = 1; t <= 2; t++) {
-        const eps = [
-          endpoint("a:1", {
-            runningRequestsSize: 4,
-            waitingQueueSize: 1,
-            kvCacheUsagePercent: t / 100,
-            updateTime: t,
-          }),
-          endpoint("b:1", { runningRequestsSize: 1, updateTime: t }),
-          endpoint("c:1", { runningRequestsSize: 1, updateTime: t }),
-        ];
+        const eps = fullAt(t, 1);
         const x = cycleFor(req, eps, t, 1);
         x.set(prefixKey("p"), prefixInfo(10, 64, { "a:1": 10 }));
         const info: InFlightInfo = {
