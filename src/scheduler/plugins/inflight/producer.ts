@@ -7,7 +7,9 @@
  * `prefill` profile's entry in full); at the end the request is released. Optionally adds an
  * output-token estimate (addEstimatedOutputTokens), held until the end. It also keeps each
  * endpoint's in-flight *context*: the whole prompt (cached part included) of every request it is
- * serving, held until the end — what each decode step reads, for decode-load-scorer.
+ * serving, held until the end — what each decode step reads, for decode-load-scorer — and, per
+ * endpoint, when its oldest request still waiting for a first token was picked and its usual wait
+ * from pick to first token, for slot-cap.ts's stall.
  */
 import { z } from "zod";
 import type { Hasher } from "../../hash.ts";
