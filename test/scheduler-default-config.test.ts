@@ -495,7 +495,7 @@ describe("SlotCap, with a request of the gateway's stalled there", () => {
     // the last step, every time.
     for (let t = 0; t < 2; t++) {
       plain.observe(t, 48, 1, t / 100);
-      stalled.observe(t, 48, 1, t / 100, true);
+      stalled.observe(t, 48, 1, t / 100, () => true);
     }
     assert.equal(plain.known, undefined);
     assert.equal(stalled.known, 48, "the gateway's own request has waited far longer than a step");
@@ -509,12 +509,12 @@ describe("SlotCap, with a request of the gateway's stalled there", () => {
 
   it("forgets the stall once a scrape shows no request waiting", () => {
     const cap = new SlotCap();
-    cap.observe(0, 40, 2, 0.01, true);
+    cap.observe(0, 40, 2, 0.01, () => true);
     // The queue drained: whatever held that request back has passed.
     cap.observe(1, 40, 0, 0.02);
     cap.observe(2, 40, 2, 0.03);
     assert.equal(cap.known, undefined, "one stalled scrape, then a drained one");
-    cap.observe(3, 40, 2, 0.04, true);
+    cap.observe(3, 40, 2, 0.04, () => true);
     assert.equal(cap.known, 40, "stalled again, with two scrapes of evidence");
   });
 

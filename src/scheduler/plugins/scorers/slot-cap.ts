@@ -37,7 +37,7 @@
  * the step's token budget (autoscale-ramp: 49 false caps, 45 to 182 sequences on replicas with
  * vLLM's default slots); there the requests' waits rise with the queue, so none is stalled against
  * its usual wait, and no cap is read. On locality-regional-spike the default's requests missing the
- * SLO went from 5.6 to 3.1 on average over router seeds 1–24 (least-request 3.0), on
+ * SLO went from 5.6 to 2.9 on average over router seeds 1–24 (least-request 3.0), on
  * locality-regional-tenants from 6.0 to 2.3 (router seeds 1–12).
  */
 import type { EndpointState } from "../../types.ts";
@@ -57,11 +57,11 @@ export class SlotCap {
   #prevKv = Number.NaN;
 
   /**
-   * One scrape (repeated reads of the same scrape, same `updateTime`, count once). `stalled`: one of
-   * this gateway's requests on the replica has waited far longer than usual for its first token
-   * (stalledAt below).
+   * One scrape (repeated reads of the same scrape, same `updateTime`, count once). `stalled`: whether
+   * one of this gateway's requests on the replica has waited far longer than usual for its first
+   * token (stalledAt below), asked only when the scrape may be evidence of a cap.
    */
-  observe(updateTime: number, running: number, waiting: number, kvUsage = 0, stalled = false): void {
+  observe(updateTime: number, running: number, waiting: number, kvUsage = 0, stalled?: () => boolean): void {
     if (updateTime === this.#last) return;
     this.#last = updateTime;
     // The same counts and KV to the last digit as the scrape before: the engine has not finished a
@@ -78,17 +78,19 @@ export class SlotCap {
       this.#known = undefined;
       this.#stalled = false;
     }
-    // Only while requests keep waiting: a scrape with none ends the stall.
-    this.#stalled = waiting > 0 && (this.#stalled || stalled);
+    // A stall lasts while requests keep waiting: a scrape with none ends it.
+    if (waiting <= 0) this.#stalled = false;
     // Requests waiting for KV, not for a slot: no evidence either way.
     if (kvUsage >= KV_FULL) return;
     // Fewer requests than the highest running count: no slot was lacking (a request that arrived
     // since the last step waits for the next one on any replica).
     if (waiting <= 0 || running + waiting <= this.#max) return;
+    // Asked only of a scrape that may be evidence, and only until a stall is seen.
+    if (!this.#stalled && stalled !== undefined) this.#stalled = stalled();
     if (running === this.#max) {
       // One waiting request at the highest count may be a lone arrival since the last step, unless
       // one of this gateway's requests there has waited far longer than a step to start.
-      if (waiting < 2 && !stalled) return;
+      if (waiting < 2 && !this.#stalled) return;
       this.#atMax++;
     }
     this.#waiting++;
@@ -157,13 +159,14 @@ export class SlotCaps {
 
   /**
    * Reads the endpoint's latest scrape, once, into its learner (`c`, looked up when not given);
-   * `stalled` (asked only for a new scrape) tells whether a request of the gateway's there is stalled.
+   * `stalled` (asked only when the scrape may show a cap) tells whether a request of the gateway's
+   * there is stalled.
    */
   read(e: EndpointState, c: EndpointSlotCap = this.of(e.id), stalled?: (id: string) => boolean): void {
     const m = e.metrics;
     if (m === null || m.updateTime === c.seen) return;
     c.seen = m.updateTime;
-    const stall = stalled?.(e.id) ?? false;
+    const stall = stalled === undefined ? undefined : () => stalled(e.id);
     c.observe(m.updateTime, m.runningRequestsSize, m.waitingQueueSize, m.kvCacheUsagePercent, stall);
     // The shape changes seldom: rebuilt only when what it is made of does.
     let moved = false;
