@@ -17,8 +17,8 @@
  * decode-load-scorer learns it (slot-cap.ts; one replica's cap stands for the others of its shape
  * until they show their own, and a replica where a request of the gateway's is stalled waiting to
  * start shows its cap in two scrapes, not five), and the time between two of its responses ending
- * from the gateway's own completions (a moving average). When every sticky endpoint has at least its cap
- * in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (k = the
+ * from the gateway's own completions (a moving average). When every sticky endpoint has at least its
+ * cap in flight from this gateway, a sticky endpoint's estimated TTFT adds the wait for a slot (k = the
  * requests ahead of this one beyond the cap, plus one, ends at that interval, counted at their 90th
  * percentile as if ends came at random: k·interval + 1.28·√k·interval), an endpoint with a free
  * slot's adds this request's uncached prompt at its prefill rate, and the request goes to the free
@@ -207,7 +207,8 @@ export class PrefixCacheAffinityFilter implements Filter {
     for (const e of endpoints) this.#caps.read(e, undefined, stalled);
     const lowest = this.#caps.lowest;
     if (lowest === undefined) return null;
-    // Each sticky endpoint's start: its queued prefill, plus the wait for a slot when it is full.
+    // Each sticky endpoint's start: its queued prefill, plus the wait for a slot when it is full
+    // (bestSticky: the best full one's, read only when every sticky endpoint is full).
     let bestSticky = Number.POSITIVE_INFINITY;
     let bestOpen = Number.POSITIVE_INFINITY;
     const starts =
@@ -224,7 +225,6 @@ export class PrefixCacheAffinityFilter implements Filter {
         // A free slot, or no cap or pace learned yet: no wait for a slot is known (NaN: open).
         bestOpen = Math.min(bestOpen, start);
         starts[j] = Number.NaN;
-        bestSticky = Math.min(bestSticky, start);
       } else {
         // The slot frees when the (ahead + 1)-th of the running requests ends: at the completions'
         // pace on average, but a full batch's next end comes at no steady beat. The request is held
