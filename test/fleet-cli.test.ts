@@ -6,6 +6,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { after, describe, it } from "node:test";
 import { promisify } from "node:util";
+import { percentile } from "../src/bench/latency-summary.ts";
+import { parseRowsJsonl } from "../src/bench/request-rows.ts";
 import { parseResultsFile } from "../src/bench/results.ts";
 
 const run = promisify(execFile);
@@ -45,7 +47,18 @@ workload:
 `,
     );
     const out = join(dir, "small.json");
-    const r = await kvgate(["simulate", file, "--routers", "rr,aware", "--quick", "--json", out]);
+    const rowsFile = join(dir, "small.jsonl");
+    const r = await kvgate([
+      "simulate",
+      file,
+      "--routers",
+      "rr,aware",
+      "--quick",
+      "--json",
+      out,
+      "--records",
+      rowsFile,
+    ]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /== router rr/);
     assert.match(r.stdout, /== router aware/);
@@ -62,6 +75,16 @@ workload:
     );
     assert.equal((res.scenario as { quick: boolean }).quick, true);
     for (const x of res.runs) assert.equal(x.stages.length, 2);
+    // --records: a row per request of each router, whose TTFTs give the results' percentiles.
+    const rows = parseRowsJsonl(readFileSync(rowsFile, "utf8"), rowsFile);
+    for (const x of res.runs) {
+      const mine = rows.filter((w) => w.router === x.router);
+      assert.equal(mine.length, x.requests + (x.stages[0].requests ?? 0), `${x.router}: warm-up rows too`);
+      assert.ok(mine.every((w) => w.endpoint !== undefined && w.stage !== undefined));
+      const warm = mine.filter((w) => w.warmup === true).map((w) => w.ttft_s as number);
+      assert.equal(warm.length, x.stages[0].requests);
+      assert.equal(percentile(Float64Array.from(warm).sort(), 90), x.stages[0].ttft_p90_s);
+    }
   });
 
   it("--router-seed redraws the routers' random choices over the same traffic", async () => {
@@ -80,13 +103,22 @@ workload:
   options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 600, questionLen: 30, outputLen: 40 }
 `,
     );
+    let runs = 0;
     const sim = async (extra: string[]) => {
-      const out = join(dir, `draws${extra.join("")}.json`);
+      const out = join(dir, `draws-${++runs}.json`);
       const r = await kvgate(["simulate", file, "--jobs", "1", "--json", out, ...extra]);
       assert.equal(r.code, 0, r.stderr);
       return { res: parseResultsFile(readFileSync(out, "utf8")), stderr: r.stderr };
     };
-    const own = await sim([]);
+    const rowsFile = join(dir, "draws.jsonl");
+    const own = await sim(["--records", rowsFile]);
+    // The rows of a run in this thread (--jobs 1) give its TTFT percentiles, the run's and a stage's.
+    const rows = parseRowsJsonl(readFileSync(rowsFile, "utf8"), rowsFile);
+    const measured = rows.filter((w) => !w.warmup).map((w) => w.ttft_s as number);
+    assert.equal(measured.length, own.res.runs[0].requests);
+    assert.equal(percentile(Float64Array.from(measured).sort(), 99), own.res.runs[0].ttft_p99_s);
+    const stage1 = rows.filter((w) => w.stage === 1).map((w) => w.ttft_s as number);
+    assert.equal(percentile(Float64Array.from(stage1).sort(), 90), own.res.runs[0].stages[1].ttft_p90_s);
     const same = await sim(["--router-seed", "5"]);
     const other = await sim(["--router-seed", "6"]);
     const figures = (x: typeof own) => x.res.runs[0].stages;
@@ -111,5 +143,16 @@ workload:
     const r = await kvgate(["simulate", resolve("scenarios/autoscale-ramp.yaml"), "--routers", "default"]);
     assert.equal(r.code, 2);
     assert.match(r.stderr, /unknown policy "default".*kvgate, wva, dynamo, kpa, hpa-gpu/);
+  });
+
+  it("exits 2 saying what to do when --records is asked of an autoscaling scenario", async () => {
+    const r = await kvgate([
+      "simulate",
+      resolve("scenarios/autoscale-ramp.yaml"),
+      "--records",
+      join(dir, "x.jsonl"),
+    ]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /--records is not supported for autoscaling scenarios.*drop the flag/);
   });
 });

@@ -2,12 +2,14 @@
  * `kvgate simulate SCENARIO.yaml`: runs a fleet scenario in virtual time — each router config
  * against a fresh fleet of engine models, through the gateway's real scheduler — and prints a
  * table per router, a comparison and the workload's theoretical limits; `--json` writes the
- * results file (simulated seconds). Progress and wall-clock timings go to stderr.
+ * results file (simulated seconds), `--records` one JSON line per request of each router
+ * (bench/request-rows.ts). Progress and wall-clock timings go to stderr.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import type { Command } from "commander";
 import { formatBreakdown } from "../bench/breakdown.ts";
+import { type RequestRow, rowsJsonl } from "../bench/request-rows.ts";
 import { isAutoscaleScenario } from "../sim/fleet/autoscale-scenario.ts";
 import {
   formatComparison,
@@ -35,6 +37,7 @@ function isAutoscaleFile(file: string): boolean {
 
 interface Flags {
   json?: string;
+  records?: string;
   jobs: number;
   routers?: string[];
   quick?: boolean;
@@ -56,6 +59,10 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     return fail(
       "--router-seed is not supported for autoscaling scenarios yet: their router is seeded by seed: in the file; drop the flag",
     );
+  if (isAutoscaleFile(file) && f.records !== undefined)
+    return fail(
+      "--records is not supported for autoscaling scenarios yet: their runs are per policy, not per router; drop the flag",
+    );
   if (isAutoscaleFile(file))
     return simulateAutoscale(file, f).catch((e) =>
       e instanceof ScenarioError ? fail(e.message) : Promise.reject(e),
@@ -73,8 +80,10 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
       (sc.routerSeed !== undefined ? `, router seed ${sc.routerSeed}` : ""),
   );
   let res: Awaited<ReturnType<typeof simulate>>;
+  const rows = new Map<string, RequestRow[]>();
   try {
     res = await simulate(sc, {
+      records: f.records !== undefined,
       routers: f.routers,
       quick: f.quick,
       seed: f.seed,
@@ -86,6 +95,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
         console.error(`    done ${o.run.router}: wall ${o.wallSeconds.toFixed(1)} s${cpu}`);
         console.log(`${formatRouter(o)}\n`);
         if (o.run.breakdown) console.log(`${formatBreakdown(o.run.breakdown)}\n`);
+        if (o.rows) rows.set(o.run.router, o.rows);
       },
     });
   } catch (e) {
@@ -109,6 +119,10 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     writeFileSync(f.json, `${JSON.stringify(res, null, 2)}\n`);
     console.error(`results written to ${f.json}`);
   }
+  if (f.records) {
+    writeFileSync(f.records, res.runs.map((r) => rowsJsonl(rows.get(r.router) ?? [])).join(""));
+    console.error(`per-request rows written to ${f.records}`);
+  }
 }
 
 /** Adds the `simulate` command to the program. */
@@ -118,6 +132,10 @@ export function registerSimulate(program: Command): Command {
     .description("Simulate a fleet scenario in virtual time: router configs × engine models, with limits.")
     .argument("<scenario>", "scenario YAML (see scenarios/)")
     .option("--json <file>", "write the results JSON here")
+    .option(
+      "--records <file>",
+      "write one JSON line per request of each router (replica, send time, TTFT, E2E, tokens, error)",
+    )
     .option("--routers <names>", "run only these routers of the scenario (comma-separated)", list)
     .option("--quick", "scale the workload down to a tenth for a smoke run")
     .option(

@@ -21,6 +21,8 @@ export interface WorkerRequest {
   routerSeed?: number;
   /** Also send back the workload's spec and limits (computed before the router runs). */
   limits: boolean;
+  /** Send back the run's per-request rows too. */
+  records: boolean;
 }
 
 /** The workload's spec (as scaled under `quick`) and limits, from the worker that computed them. */
@@ -72,6 +74,7 @@ export async function runRoutersInWorkers(
             seed: o.seed,
             routerSeed: o.routerSeed,
             limits: first,
+            records: o.records === true,
           } satisfies WorkerRequest);
         });
         if (!reply.ok)

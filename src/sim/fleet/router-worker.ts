@@ -38,7 +38,7 @@ parentPort?.on("message", async (req: WorkerRequest) => {
       ctx.limits ??= computeLimits(ctx.workload, limitsFleet(sc), ctx.tokenizer);
       facts = { spec: ctx.spec, limits: ctx.limits };
     }
-    const outcome = await runRouter(sc, router, ctx);
+    const outcome = await runRouter(sc, router, { ...ctx, records: req.records });
     reply = { ok: true, outcome, ...(facts !== undefined ? { facts } : {}) };
   } catch (e) {
     reply = { ok: false, message: (e as Error).message, name: (e as Error).name };

@@ -6,6 +6,7 @@
  * seeds except the wall-clock fields, `created` and `wall_clock`, kept apart (stripWallClock).
  */
 import { type Breakdown, breakdown } from "../../bench/breakdown.ts";
+import { type RequestRow, requestRows } from "../../bench/request-rows.ts";
 import type { RunResult } from "../../bench/results.ts";
 import { buildRun } from "../../bench/run.ts";
 import { KVGATE_VERSION } from "../../bench/version.ts";
@@ -42,6 +43,8 @@ export interface SimulateOptions {
    * file, which each worker loads again.
    */
   jobs?: number;
+  /** Keep each router's per-request rows on its outcome (`kvgate simulate --records`). */
+  records?: boolean;
 }
 
 /** A results-file run with the simulator's additions. */
@@ -65,6 +68,8 @@ export interface RouterOutcome {
   wallSeconds: number;
   /** CPU seconds of the thread that ran the router (NaN where the OS does not say). */
   cpuSeconds: number;
+  /** One row per request, when the options asked for records. */
+  rows?: RequestRow[];
 }
 
 export interface SimResults {
@@ -134,7 +139,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
     limits = computeLimits(workload, limitsFleet(sc), tokenizer);
     for (const [k, r] of routers.entries()) {
       opts.onRouterStart?.(r.name, k, routers.length);
-      const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits });
+      const outcome = await runRouter(sc, r, { spec, workload, tokenizer, limits, records: opts.records });
       outcomes.push(outcome);
       opts.onRouterDone?.(outcome);
     }
@@ -194,6 +199,8 @@ export interface RouterContext {
   workload: Workload;
   tokenizer: PromptTokenizer;
   limits: Limits | null;
+  /** Keep the run's per-request rows on the outcome. */
+  records?: boolean;
 }
 
 /** One router against a fresh fleet. Deterministic given the scenario and the context. */
@@ -292,7 +299,12 @@ export async function runRouter(
     // A run with its own fleet is read against that fleet's limits (its tiers, its replicas).
     limits: r.pools === sc.pools ? (limits as Limits) : computeLimits(workload, r.pools[0], tokenizer),
   };
-  return { run, wallSeconds: (performance.now() - w0) / 1000, cpuSeconds: threadCpuSeconds() - c0 };
+  return {
+    run,
+    wallSeconds: (performance.now() - w0) / 1000,
+    cpuSeconds: threadCpuSeconds() - c0,
+    ...(ctx.records === true ? { rows: requestRows(r.name, res.records) } : {}),
+  };
 }
 
 /**
