@@ -2,11 +2,13 @@
  * bench:default-verdict's judgement: each figure against the best other router on that figure, the
  * margins (2% throughput, 10% TTFT) applied at their edges, warm-up stages skipped, a stage missing
  * from a router's run compared only among those that have it; several draws judged by each router's
- * median figures.
+ * median throughput and its TTFT percentiles over the draws' requests pooled.
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compare, median, medianRuns, verdict } from "../src/bench/default-verdict.ts";
+import { compare, median, medianRuns, TtftPool, verdict } from "../src/bench/default-verdict.ts";
+import { percentile } from "../src/bench/latency-summary.ts";
+import type { RequestRow } from "../src/bench/request-rows.ts";
 
 const stage = (index: number, out: number, p90: number, p99: number, warmup = false) => ({
   index,
@@ -122,3 +124,81 @@ test("a stage some draws lack is the median of those that have it", () => {
     ],
   );
 });
+
+test("draws' TTFT percentiles are taken over every draw's requests together", () => {
+  // Two draws of one router: each stage-1 p99 is its draw's slowest request or near it; pooled,
+  // the 99th percentile of the 200 requests lies between them.
+  const ttfts = (base: number, slow: number) => [
+    ...Array.from({ length: 99 }, (_, i) => base + i / 1000),
+    slow,
+  ];
+  const rows = (router: string, draw: number[], warm: number[]): RequestRow[] => [
+    ...warm.map((t, i) => ({
+      router,
+      id: `w${i}`,
+      stage: 0,
+      warmup: true,
+      start_s: 0,
+      ttft_s: t,
+      prompt_tokens: 1,
+      output_tokens: 1,
+    })),
+    ...draw.map((t, i) => ({
+      router,
+      id: `r${i}`,
+      stage: 1,
+      warmup: false,
+      start_s: 1,
+      ttft_s: t,
+      prompt_tokens: 1,
+      output_tokens: 1,
+    })),
+  ];
+  const a = ttfts(0.1, 5);
+  const b = ttfts(0.1, 0.3);
+  const pool = new TtftPool();
+  pool.add(rows("default", a, [9, 9]));
+  pool.add(rows("default", b, [9]));
+  pool.add(rows("other", b, []));
+  // A failed request has no TTFT and is left out.
+  pool.add([
+    {
+      router: "default",
+      id: "x",
+      stage: 1,
+      warmup: false,
+      start_s: 1,
+      prompt_tokens: 1,
+      output_tokens: 0,
+      error: "timeout",
+    },
+  ]);
+  const drawRun = (xs: number[]) =>
+    run("default", 100, 0, 0, [
+      stage(0, 1, 0, 0, true),
+      stage(1, 100, percentileOf(xs, 90), percentileOf(xs, 99)),
+      stage(2, 50, 7, 8),
+    ]);
+  const medians = medianRuns([[drawRun(a)], [drawRun(b)]]);
+  const [mine] = pool.apply(medians);
+  const all = [...a, ...b];
+  assert.equal(mine.stages[1].ttft_p99_s, percentileOf(all, 99));
+  assert.equal(mine.stages[1].ttft_p90_s, percentileOf(all, 90));
+  assert.notEqual(
+    mine.stages[1].ttft_p99_s,
+    medians[0].stages[1].ttft_p99_s,
+    "not the median of the draws' p99s",
+  );
+  assert.equal(mine.ttft_p99_s, percentileOf(all, 99), "the run's: the warm-up's slow requests left out");
+  assert.equal(mine.stages[0].ttft_p90_s, percentileOf([9, 9, 9], 90), "a warm-up stage pools its own");
+  assert.deepEqual(
+    [mine.stages[2].ttft_p90_s, mine.stages[2].ttft_p99_s],
+    [7, 8],
+    "no rows: the median stays",
+  );
+  assert.equal(mine.stages[1].output_tokens_per_s, 100, "throughput stays the median");
+  const [theirs] = pool.apply([run("other", 1, 0, 0, [stage(1, 1, 0, 0)])]);
+  assert.equal(theirs.stages[0].ttft_p99_s, percentileOf(b, 99), "each router pools its own rows");
+});
+
+const percentileOf = (xs: number[], p: number) => percentile(Float64Array.from(xs).sort(), p) as number;
