@@ -132,27 +132,19 @@ test("draws' TTFT percentiles are taken over every draw's requests together", ()
     ...Array.from({ length: 99 }, (_, i) => base + i / 1000),
     slow,
   ];
+  const row = (router: string, stage: number, t: number, i: number): RequestRow => ({
+    router,
+    id: `${stage}-${i}`,
+    stage,
+    warmup: stage === 0,
+    start_s: stage,
+    ttft_s: t,
+    prompt_tokens: 1,
+    output_tokens: 1,
+  });
   const rows = (router: string, draw: number[], warm: number[]): RequestRow[] => [
-    ...warm.map((t, i) => ({
-      router,
-      id: `w${i}`,
-      stage: 0,
-      warmup: true,
-      start_s: 0,
-      ttft_s: t,
-      prompt_tokens: 1,
-      output_tokens: 1,
-    })),
-    ...draw.map((t, i) => ({
-      router,
-      id: `r${i}`,
-      stage: 1,
-      warmup: false,
-      start_s: 1,
-      ttft_s: t,
-      prompt_tokens: 1,
-      output_tokens: 1,
-    })),
+    ...warm.map((t, i) => row(router, 0, t, i)),
+    ...draw.map((t, i) => row(router, 1, t, i)),
   ];
   const a = ttfts(0.1, 5);
   const b = ttfts(0.1, 0.3);
