@@ -35,7 +35,7 @@ export function requestRows(router: string, records: readonly RequestRecord[]): 
       ...(r.endpoint !== undefined ? { endpoint: r.endpoint } : {}),
       start_s: r.start,
       ...(m.ttft !== undefined ? { ttft_s: m.ttft } : {}),
-      ...(m.ok && m.e2e !== undefined ? { e2e_s: m.e2e } : {}),
+      ...(m.e2e !== undefined ? { e2e_s: m.e2e } : {}),
       prompt_tokens: r.promptTokens,
       ...(r.cachedTokens !== undefined ? { cached_tokens: r.cachedTokens } : {}),
       output_tokens: m.tokensOut,
