@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compare, median, medianRuns, TtftPool, verdict } from "../src/bench/default-verdict.ts";
+import { compare, controls, median, medianRuns, TtftPool, verdict } from "../src/bench/default-verdict.ts";
 import { percentile } from "../src/bench/latency-summary.ts";
 import type { RequestRow } from "../src/bench/request-rows.ts";
 
@@ -60,8 +60,45 @@ test("a run is judged overall and in every measured stage; warm-up stages are sk
   );
 });
 
+test("every other router is judged by the same rule against all the rest, the default among them", () => {
+  const runs = [
+    run("default", 1000, 1, 2, [stage(1, 515, 1, 2.3)]),
+    run("precise", 1000, 1, 2, [stage(1, 500, 1, 2)]),
+    run("round-robin", 900, 5, 9, [stage(1, 520, 5, 9)]),
+  ];
+  assert.deepEqual(
+    verdict(runs)
+      .filter((c) => !c.pass)
+      .map((c) => [c.scope, c.metric, c.bestRouter]),
+    [["stage 2 (20 QPS)", "TTFT p99", "precise"]],
+  );
+  const [precise, rr] = controls(runs);
+  assert.equal(precise.router, "precise");
+  // precise's stage throughput is 3.8% below round-robin's, the default's 1.0%: a miss only precise has.
+  assert.equal(precise.pass, false);
+  assert.deepEqual(
+    precise.misses.map((m) => [m.scope, m.metric, m.bestRouter]),
+    [["stage 2 (20 QPS)", "out tok/s", "round-robin"]],
+  );
+  assert.equal(rr.router, "round-robin");
+  assert.deepEqual(
+    rr.misses.map((m) => [m.scope, m.metric, m.bestRouter]),
+    [
+      ["run", "out tok/s", "default"],
+      ["run", "TTFT p90", "default"],
+      ["run", "TTFT p99", "default"],
+      ["stage 2 (20 QPS)", "TTFT p90", "default"],
+      ["stage 2 (20 QPS)", "TTFT p99", "precise"],
+    ],
+  );
+  assert.ok(Math.abs(rr.misses[1].worse - 4) < 1e-12, "p90 5 s against the default's 1 s: +400%");
+});
+
 test("a scenario without the default router is refused with what to do", () => {
-  assert.throws(() => verdict([run("other", 1, 1, 1, [])]), /no router "default".*must list it/);
+  assert.throws(
+    () => verdict([run("other", 1, 1, 1, [])]),
+    /no router "default" in the run \(it has other\): list it in the scenario, or name the one to judge with --candidate/,
+  );
 });
 
 test("median: the middle value, or the mean of the middle two", () => {

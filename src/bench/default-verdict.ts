@@ -21,6 +21,11 @@
  * sets and against the default in 14 of 16. Pooled over ten draws: 0 of 2 and 2 of 4. Take enough
  * draws (15 or more there) for the check to tell routers apart rather than draws.
  *
+ * Beside each verdict, every other router is judged by the same rule against all the rest (the
+ * default among them): where precise, which places prefixes as the default does, misses as often
+ * and by as much, the margins are inside the draws' luck on that run rather than a loss of the
+ * default's.
+ *
  *   npm run bench:default-verdict -- [--scenarios mixed-length,multi-turn] [--seeds 42,7,3] [--quick]
  *     [--draws 1] [--jobs 2] [--json FILE]
  */
@@ -47,14 +52,16 @@ const SCENARIOS = [
 /** Issue 9's margins: throughput within 2% of the best other router, TTFT p90/p99 at most 10% worse. */
 const THROUGHPUT_MARGIN = 0.02;
 const TTFT_MARGIN = 0.1;
-const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seeds 42,7,3] [--quick] [--draws N] [--jobs N] [--json FILE]
+const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seeds 42,7,3] [--quick] [--draws N] [--jobs N] [--candidate NAME] [--json FILE]
   --scenarios  scenario names under scenarios/ (default ${SCENARIOS.join(",")})
   --seeds      seeds to run each scenario at (default 42,7,3)
   --quick      each workload at a tenth of its size (another size of the same shape)
   --draws      runs per scenario and seed, the routers' random draws seeded apart; each router
                judged by its median output tokens/s and its TTFT percentiles over every draw's
                requests together (default 1)
-  --jobs       routers simulated at once per scenario (kvgate simulate --jobs; default 2)`;
+  --jobs       routers simulated at once per scenario (kvgate simulate --jobs; default 2)
+  --candidate  the scenarios' name for the router judged (default "default"; the locality
+               scenarios call it global-default)`;
 
 interface Figures {
   out: number;
@@ -127,7 +134,10 @@ export function compare(scope: string, mine: Figures, others: [string, Figures][
 /** Every check of one simulate run: the whole run, then each measured stage. */
 export function verdict(runs: RunJson[], mine = "default"): Check[] {
   const me = runs.find((r) => r.router === mine);
-  if (!me) throw new Error(`no router "${mine}" in the run; the scenario must list it`);
+  if (!me)
+    throw new Error(
+      `no router "${mine}" in the run (it has ${runs.map((r) => r.router).join(", ")}): list it in the scenario, or name the one to judge with --candidate`,
+    );
   const others = runs.filter((r) => r !== me);
   const checks = compare(
     "run",
@@ -143,6 +153,29 @@ export function verdict(runs: RunJson[], mine = "default"): Check[] {
     checks.push(...compare(`stage ${s.index + 1} (${s.rate} QPS)`, figures(s), peers));
   }
   return checks;
+}
+
+/** One router judged as the default is, against all the others (the default among them). */
+export interface Control {
+  router: string;
+  pass: boolean;
+  misses: Pick<Check, "scope" | "metric" | "worse" | "bestRouter">[];
+}
+
+/**
+ * Every other router judged by the same rule, against all the rest: whether the margins can be met
+ * at all on this run. Where the routers that place prefixes like the default (precise) miss too,
+ * by as much, a miss says more about placement luck than about the default.
+ */
+export function controls(runs: RunJson[], mine = "default"): Control[] {
+  return runs
+    .filter((r) => r.router !== mine)
+    .map((r) => {
+      const misses = verdict(runs, r.router)
+        .filter((c) => !c.pass)
+        .map(({ scope, metric, worse, bestRouter }) => ({ scope, metric, worse, bestRouter }));
+      return { router: r.router, pass: misses.length === 0, misses };
+    });
 }
 
 /** The median of `xs` (the mean of the middle two when their count is even). */
@@ -263,6 +296,13 @@ async function simulate(
 }
 
 const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`;
+/** One control in a table cell: PASS, its misses when there are one or two, else how many. */
+const controlCell = (c: Control) => {
+  if (c.pass) return `${c.router} PASS`;
+  const say = (m: Control["misses"][number]) => `${m.scope} ${m.metric} ${pct(m.worse)} vs ${m.bestRouter}`;
+  if (c.misses.length <= 2) return `${c.router} MISS: ${c.misses.map(say).join("; ")}`;
+  return `${c.router} MISS ${c.misses.length}`;
+};
 const fmt = (c: Check) =>
   c.metric === "out tok/s" ? Math.round(c.value).toLocaleString("en-US") : `${c.value.toFixed(3)} s`;
 
@@ -274,6 +314,7 @@ async function main(): Promise<void> {
       quick: { type: "boolean", default: false },
       draws: { type: "string", default: "1" },
       jobs: { type: "string", default: "2" },
+      candidate: { type: "string", default: "default" },
       json: { type: "string", default: "results/bench-default-verdict.json" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -295,6 +336,7 @@ async function main(): Promise<void> {
       `--draws must be a positive integer (an odd count has a middle draw), got ${a.draws}\n${USAGE}`,
     );
   const quick = a.quick === true;
+  const candidate = a.candidate ?? "default";
   const dir = mkdtempSync(join(os.tmpdir(), "kvgate-verdict-"));
   const results: {
     scenario: string;
@@ -303,6 +345,7 @@ async function main(): Promise<void> {
     routerSeeds: number[];
     wallS: number;
     checks: Check[];
+    controls: Control[];
   }[] = [];
   const rows: string[][] = [];
   try {
@@ -320,8 +363,10 @@ async function main(): Promise<void> {
           pool.add(res.rows);
           wall += res.wall;
         }
-        const checks = verdict(pool.apply(medianRuns(all)));
-        results.push({ scenario, seed, quick, routerSeeds, wallS: wall, checks });
+        const pooled = pool.apply(medianRuns(all));
+        const checks = verdict(pooled, candidate);
+        const others = controls(pooled, candidate);
+        results.push({ scenario, seed, quick, routerSeeds, wallS: wall, checks, controls: others });
         const misses = checks.filter((c) => !c.pass);
         const run = checks.filter((c) => c.scope === "run");
         rows.push([
@@ -331,15 +376,29 @@ async function main(): Promise<void> {
           misses.length === 0
             ? "PASS"
             : `MISS: ${misses.map((c) => `${c.scope} ${c.metric} ${pct(c.worse)} vs ${c.bestRouter}`).join("; ")}`,
+          others.map(controlCell).join("; "),
         ]);
       }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
   console.log(
-    `\nbench:default-verdict — default vs the best other router per figure (simulated; + = the default is worse; targets: out tok/s ≥ −${THROUGHPUT_MARGIN * 100}%, TTFT p90/p99 ≤ +${TTFT_MARGIN * 100}%, whole run and every measured stage)${quick ? ", workloads at a tenth of their size" : ""}${draws > 1 ? `, over ${draws} draws (router seeds seed … seed + ${draws - 1}): each router's median output tok/s, and its TTFT percentiles over the draws' requests pooled` : ""}:\n`,
+    `\nbench:default-verdict — ${candidate} vs the best other router per figure (simulated; + = ${candidate} is worse; targets: out tok/s ≥ −${THROUGHPUT_MARGIN * 100}%, TTFT p90/p99 ≤ +${TTFT_MARGIN * 100}%, whole run and every measured stage)${quick ? ", workloads at a tenth of their size" : ""}${draws > 1 ? `, over ${draws} draws (router seeds seed … seed + ${draws - 1}): each router's median output tok/s, and its TTFT percentiles over the draws' requests pooled` : ""}:\n`,
   );
-  console.log(table(["scenario", "seed", "out tok/s", "TTFT p90", "TTFT p99", "verdict"], rows));
+  console.log(
+    table(
+      [
+        "scenario",
+        "seed",
+        "out tok/s",
+        "TTFT p90",
+        "TTFT p99",
+        "verdict",
+        "each other router judged the same way",
+      ],
+      rows,
+    ),
+  );
   const path = resolve(ROOT, a.json ?? "results/bench-default-verdict.json");
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(
@@ -350,6 +409,7 @@ async function main(): Promise<void> {
         simulated: true,
         command: `npm run bench:default-verdict -- ${process.argv.slice(2).join(" ")}`.trim(),
         margins: { throughput: THROUGHPUT_MARGIN, ttft: TTFT_MARGIN },
+        candidate,
         draws,
         results,
       },
