@@ -27,7 +27,7 @@
  * default's.
  *
  *   npm run bench:default-verdict -- [--scenarios mixed-length,multi-turn] [--seeds 42,7,3] [--quick]
- *     [--draws 1] [--jobs 2] [--json FILE]
+ *     [--draws 1] [--jobs 2] [--candidate default] [--json FILE]
  */
 import { execFile } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
