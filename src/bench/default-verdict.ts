@@ -296,11 +296,13 @@ async function simulate(
 }
 
 const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`;
+/** One missed figure, as the table says it. */
+const missText = (m: Control["misses"][number]) =>
+  `${m.scope} ${m.metric} ${pct(m.worse)} vs ${m.bestRouter}`;
 /** One control in a table cell: PASS, its misses when there are one or two, else how many. */
 const controlCell = (c: Control) => {
   if (c.pass) return `${c.router} PASS`;
-  const say = (m: Control["misses"][number]) => `${m.scope} ${m.metric} ${pct(m.worse)} vs ${m.bestRouter}`;
-  if (c.misses.length <= 2) return `${c.router} MISS: ${c.misses.map(say).join("; ")}`;
+  if (c.misses.length <= 2) return `${c.router} MISS: ${c.misses.map(missText).join("; ")}`;
   return `${c.router} MISS ${c.misses.length}`;
 };
 const fmt = (c: Check) =>
@@ -373,9 +375,7 @@ async function main(): Promise<void> {
           scenario,
           String(seed),
           ...run.map((c) => `${fmt(c)} (${pct(c.worse)} vs ${c.bestRouter})`),
-          misses.length === 0
-            ? "PASS"
-            : `MISS: ${misses.map((c) => `${c.scope} ${c.metric} ${pct(c.worse)} vs ${c.bestRouter}`).join("; ")}`,
+          misses.length === 0 ? "PASS" : `MISS: ${misses.map(missText).join("; ")}`,
           others.map(controlCell).join("; "),
         ]);
       }
