@@ -22,6 +22,20 @@ export interface PrefixMatchInfo {
    * so consumers can skip per-candidate lookups. Read-only.
    */
   matches?(): ReadonlyMap<string, number>;
+  /**
+   * Optional: a name for the prompt's first `blocks` blocks (its last block's hash), the same for
+   * every request sharing them; undefined past the first prompt's end.
+   */
+  prefixKey?(blocks: number): string | undefined;
+}
+
+/**
+ * prefixKey() over a request's block hashes packed as [lo, hi] pairs (PackedHashes, PackedKeys): the
+ * `blocks`-th block's hash as text; undefined when the prompt has fewer blocks.
+ */
+export function packedKey(packed: ArrayLike<number> | undefined, blocks: number): string | undefined {
+  if (packed === undefined || blocks < 1 || 2 * blocks > packed.length) return undefined;
+  return `${packed[2 * blocks - 2]}:${packed[2 * blocks - 1]}`;
 }
 
 /** PrefixMatchInfo over a map of the matched endpoints (those absent match 0); producers extend it. */

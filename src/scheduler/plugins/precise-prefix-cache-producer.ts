@@ -44,7 +44,7 @@ import type {
   TypedName,
 } from "../types.ts";
 import type { PrefixMatchInfo } from "./data.ts";
-import { MapMatchInfo, prefixKey } from "./data.ts";
+import { MapMatchInfo, packedKey, prefixKey } from "./data.ts";
 
 export const PRECISE_PREFIX_TYPE = "precise-prefix-cache-producer";
 const PREFILL_PROFILE = "prefill";
@@ -156,6 +156,9 @@ export class PreciseMatchInfo extends MapMatchInfo {
     readonly keys: PackedKeys,
   ) {
     super(totalBlocks, blockSizeTokens, promptTokens, scores);
+  }
+  prefixKey(blocks: number): string | undefined {
+    return packedKey(this.keys, blocks);
   }
   /** Consecutive blocks from block 0 the endpoint holds on any weighted tier, unweighted. */
   heldBlocks(endpointId: string): number {

@@ -29,6 +29,18 @@
  * its wait for a slot (locality-regional-spike at seed 7: 0.25–0.77 s first tokens at a full home
  * while the prompt's other home had 13 slots free behind 0.3 s of prefill). Otherwise (no
  * sticky endpoint known full, no cap or interval learned yet) stickiness holds as before.
+ *
+ * kvgate's `spreadHotPrefixes`: every gate above asks whether the home is slow to *start* the
+ * request, and a prefix most requests share (one application's system prompt) starts fast on its
+ * home, cached, while that one replica decodes the whole fleet's traffic. So the filter counts the
+ * requests of each prefix and of the pool (decayed over `windowSeconds`, hot-prefixes.ts), and
+ * when a prefix's requests per endpoint holding it exceed `share` × the pool's requests per
+ * endpoint, it keeps the endpoints that do not hold it ("hot-prefix"): the scorers pick one, which
+ * becomes another home, until each home carries no more than that share. A pool of prefixes that
+ * each bring less than a replica's share (the 150 × 5 run's 150 groups over 8 replicas) never
+ * triggers it. A prefix is named at each power-of-two depth within its sticky part, so questions of
+ * different lengths behind one system prompt count together, and a block every endpoint holds
+ * (a chat template) is never hot: its requests per holder are the pool's.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
@@ -40,6 +52,7 @@ import { inflightKey, matchRatio, prefixKey } from "../data.ts";
 import type { LatencyPredictions } from "../latency/data.ts";
 import { latencyKey } from "../latency/data.ts";
 import { SlotCaps, stalledAt } from "../scorers/slot-cap.ts";
+import { PrefixRates } from "./hot-prefixes.ts";
 
 export const AFFINITY_FILTER_TYPE = "prefix-cache-affinity-filter";
 
@@ -58,6 +71,20 @@ export const affinityParams = z
     learnPrefillThroughput: z.boolean().default(true),
     /** kvgate: count a sticky endpoint's wait for a sequence slot (module comment). */
     releaseWhenSlotsFull: z.boolean().default(false),
+    /** kvgate: give a prefix more homes while its requests per home exceed a fair share (module comment). */
+    spreadHotPrefixes: z
+      .strictObject({
+        /** Hot above this multiple of the pool's requests per endpoint. */
+        share: z
+          .number()
+          .gt(1, "must be above 1 (1.1: a prefix is hot past 10% more requests per holder than a fair share)")
+          .default(1.1),
+        /** Time constant of the decayed request counts, seconds. */
+        windowSeconds: z.number().positive().default(30),
+        /** A prefix with fewer decayed requests than this is never hot. */
+        minRequests: z.number().positive().default(16),
+      })
+      .optional(),
     prefixMatchInfoProducerName: z.string().min(1).optional(),
     inFlightLoadProducerName: z.string().min(1).optional(),
     latencyPredictionInfoProducerName: z.string().min(1).optional(),
@@ -88,6 +115,7 @@ export type AffinityDecision =
   | "missing-signal"
   | "load-override"
   | "slots-full"
+  | "hot-prefix"
   | "sticky";
 
 export class PrefixCacheAffinityFilter implements Filter {
@@ -107,8 +135,11 @@ export class PrefixCacheAffinityFilter implements Filter {
     "missing-signal": 0,
     "load-override": 0,
     "slots-full": 0,
+    "hot-prefix": 0,
     sticky: 0,
   };
+  /** spreadHotPrefixes: requests per prefix and for the whole pool, decayed; null when off. */
+  readonly #rates: PrefixRates | null;
   /** releaseWhenSlotsFull: each endpoint's learned sequence-slot cap, and its completions' pace. */
   readonly #caps = new SlotCaps();
   readonly #pace = new Map<string, { last: number; interval: number }>();
@@ -126,6 +157,8 @@ export class PrefixCacheAffinityFilter implements Filter {
     this.#inflight = gate && !predicted ? inflightKey(params.inFlightLoadProducerName as string) : null;
     this.#latency = gate && predicted ? latencyKey(params.latencyPredictionInfoProducerName as string) : null;
     this.#decision = dataKey(`prefix-cache-affinity/${name}`);
+    const spread = params.spreadHotPrefixes;
+    this.#rates = spread === undefined ? null : new PrefixRates(spread.windowSeconds);
   }
 
   consumes() {
@@ -136,6 +169,7 @@ export class PrefixCacheAffinityFilter implements Filter {
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
     const p = this.params;
     if (endpoints.length <= 1 || p.affinityThreshold <= 0) return this.#done("not-applicable", endpoints);
+    this.#rates?.countRequest(cycle.now);
     if (p.explorationProbability > 0 && cycle.rng.next() < p.explorationProbability) {
       return this.#done("exploration", endpoints);
     }
@@ -148,6 +182,10 @@ export class PrefixCacheAffinityFilter implements Filter {
     const isSticky = this.#isSticky;
     const sticky = this.#markSticky(cycle, info, endpoints, isSticky);
     if (sticky.length === 0) return this.#done("no-match", endpoints);
+    if (this.#rates !== null && sticky.length < n) {
+      const spread = this.#spread(this.#rates, info, endpoints, sticky.length, cycle.now);
+      if (spread !== null) return this.#done("hot-prefix", spread);
+    }
     if (this.#latency !== null && sticky.length < n) {
       const d = this.#predictedGate(cycle, endpoints, isSticky, this.#latency);
       cycle.set(this.#decision, d ?? "sticky");
@@ -254,6 +292,38 @@ export class PrefixCacheAffinityFilter implements Filter {
       if (start < bestSticky) free.push(e);
     }
     return free.length > 0 ? free : null;
+  }
+
+  /**
+   * spreadHotPrefixes: counts the request for its prefix at each power-of-two depth (in blocks) up
+   * to the part that makes endpoints sticky (hot-prefixes.ts). When, at one of those depths, the
+   * prefix's requests per endpoint holding it exceed `share` × the pool's requests per endpoint, the
+   * endpoints that do not hold it at that depth (the scorers then pick one, which becomes another
+   * home); else null.
+   */
+  #spread(
+    rates: PrefixRates,
+    info: PrefixMatchInfo,
+    endpoints: readonly EndpointState[],
+    homes: number,
+    now: number,
+  ): EndpointState[] | null {
+    const spread = this.params.spreadHotPrefixes as NonNullable<AffinityParams["spreadHotPrefixes"]>;
+    const depth = Math.ceil(this.params.affinityThreshold * info.totalBlocks);
+    const limit = (spread.share * rates.requests(now)) / endpoints.length;
+    let hotAt = 0;
+    for (let d = 1; d <= depth; d *= 2) {
+      const key = info.prefixKey?.(d);
+      if (key === undefined) break;
+      const seen = rates.countPrefix(key, now);
+      // Every endpoint holding the prompt this deep counts; the sticky ones all do, so this is cheap.
+      if (hotAt > 0 || seen < spread.minRequests || seen / homes <= limit) continue;
+      if (seen / holders(info, endpoints, d) > limit) hotAt = d;
+    }
+    if (hotAt === 0) return null;
+    const rest: EndpointState[] = [];
+    for (const e of endpoints) if (info.matchBlocks(e.id) < hotAt) rest.push(e);
+    return rest.length > 0 ? rest : null;
   }
 
   /** releaseWhenSlotsFull: the pace at which the endpoint's responses end (seconds apart, smoothed). */
@@ -363,8 +433,18 @@ export class PrefixCacheAffinityFilter implements Filter {
       learnPrefillThroughput: this.params.learnPrefillThroughput,
       maxTTFTPenaltyMs: this.params.maxTTFTPenaltyMs,
       releaseWhenSlotsFull: this.params.releaseWhenSlotsFull,
+      ...(this.params.spreadHotPrefixes !== undefined
+        ? { spreadHotPrefixes: this.params.spreadHotPrefixes }
+        : {}),
     };
   }
+}
+
+/** The endpoints holding at least `blocks` blocks of the prompt. */
+function holders(info: PrefixMatchInfo, endpoints: readonly EndpointState[], blocks: number): number {
+  let n = 0;
+  for (const e of endpoints) if (info.matchBlocks(e.id) >= blocks) n++;
+  return n;
 }
 
 /** Weight of the newest gap in the completions' moving average. */

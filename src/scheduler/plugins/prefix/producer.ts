@@ -24,7 +24,7 @@ import type {
   TypedName,
 } from "../../types.ts";
 import type { PrefixMatchInfo } from "../data.ts";
-import { MapMatchInfo, prefixKey } from "../data.ts";
+import { MapMatchInfo, packedKey, prefixKey } from "../data.ts";
 import { ChainCache } from "./chain-cache.ts";
 import { chainHashesPacked, flatPrompt, rootHash, transientPrompt } from "./hashing.ts";
 import { ApproxPrefixIndex } from "./indexer.ts";
@@ -74,6 +74,9 @@ class MatchInfo extends MapMatchInfo {
     readonly hashes: PackedHashes[],
   ) {
     super(totalBlocks, blockSizeTokens, promptTokens, counts);
+  }
+  prefixKey(blocks: number): string | undefined {
+    return packedKey(this.hashes[0], blocks);
   }
 }
 

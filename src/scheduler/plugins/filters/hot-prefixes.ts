@@ -1,0 +1,82 @@
+/**
+ * Hot prefixes for prefix-cache-affinity-filter's `spreadHotPrefixes` (kvgate): how fast requests
+ * arrive for each prefix, against how fast they arrive for the whole pool. Sticky routing sends
+ * every request of a prefix to the endpoints that hold it, so one popular prefix (a system prompt
+ * most requests share) lands on one replica while the rest of the fleet idles. A prefix is hot when
+ * its requests per endpoint holding it exceed `share` × the pool's requests per endpoint; the filter
+ * then lets the request go to an endpoint without it, which becomes one more home, until the
+ * prefix's homes carry no more than that share each.
+ *
+ * A prefix is named by the hash of its last block, at each power-of-two depth (1, 2, 4, … blocks) up
+ * to the part of the prompt that makes its homes sticky: requests that share a system prompt but
+ * differ in the length of their question count as one prefix at the depths inside the system
+ * prompt, and a depth every request shares (a chat template's first block) is held by every endpoint,
+ * so its rate per holder is the pool's and it is never hot.
+ *
+ * Rates are counts decayed exponentially with time constant `windowSeconds` (a steady rate r reads
+ * r × windowSeconds). Pure: time (seconds) is passed in.
+ */
+
+/** A decayed count and when it was last brought up to date. */
+interface Decayed {
+  n: number;
+  at: number;
+}
+
+/** Prefixes kept before the ones that have gone quiet are swept out. */
+const SWEEP_AT = 4096;
+
+export class PrefixRates {
+  readonly #byKey = new Map<string, Decayed>();
+  readonly #all: Decayed = { n: 0, at: 0 };
+  #sweepAt = SWEEP_AT;
+
+  constructor(readonly windowSeconds: number) {}
+
+  /** Counts one request of the pool at `now`. */
+  countRequest(now: number): void {
+    this.#decay(this.#all, now);
+    this.#all.n += 1;
+  }
+
+  /** Counts one request of the prefix `key` at `now`; returns its decayed count. */
+  countPrefix(key: string, now: number): number {
+    let d = this.#byKey.get(key);
+    if (d === undefined) {
+      if (this.#byKey.size >= this.#sweepAt) this.#sweep(now);
+      d = { n: 0, at: now };
+      this.#byKey.set(key, d);
+    }
+    this.#decay(d, now);
+    d.n += 1;
+    return d.n;
+  }
+
+  /** The pool's decayed count at `now`. */
+  requests(now: number): number {
+    this.#decay(this.#all, now);
+    return this.#all.n;
+  }
+
+  /** Prefixes currently tracked. */
+  get size(): number {
+    return this.#byKey.size;
+  }
+
+  #decay(d: Decayed, now: number): void {
+    const dt = now - d.at;
+    if (dt > 0) {
+      d.n *= Math.exp(-dt / this.windowSeconds);
+      d.at = now;
+    }
+  }
+
+  /** Drops the prefixes whose count has decayed below one request; keeps the map bounded. */
+  #sweep(now: number): void {
+    for (const [k, d] of this.#byKey) {
+      this.#decay(d, now);
+      if (d.n < 1) this.#byKey.delete(k);
+    }
+    this.#sweepAt = Math.max(SWEEP_AT, 2 * this.#byKey.size);
+  }
+}

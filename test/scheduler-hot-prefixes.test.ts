@@ -1,0 +1,153 @@
+// spreadHotPrefixes: the affinity filter gives a prefix more homes while its requests per holder
+// exceed a fair share of the pool's, and the decayed counts behind it (hot-prefixes.ts).
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import type { PrefixMatchInfo } from "../src/scheduler/plugins/data.ts";
+import { prefixKey } from "../src/scheduler/plugins/data.ts";
+import { PrefixRates } from "../src/scheduler/plugins/filters/hot-prefixes.ts";
+import {
+  affinityParams,
+  PrefixCacheAffinityFilter,
+} from "../src/scheduler/plugins/filters/prefix-affinity.ts";
+import { completion, cycleFor, endpoint } from "../src/scheduler/testing.ts";
+
+const pool = ["a:1", "b:1", "c:1", "d:1"].map((id) => endpoint(id));
+const ids = (eps: readonly { id: string }[]) => eps.map((e) => e.id);
+
+/**
+ * A request of `total` blocks whose first blocks are named `name/<depth>` (the same for every
+ * request of that name), held by each endpoint of `held` to the given depth.
+ */
+function info(name: string, total: number, held: Record<string, number>): PrefixMatchInfo {
+  return {
+    totalBlocks: total,
+    blockSizeTokens: 64,
+    promptTokens: total * 64,
+    anyMatch: Object.values(held).some((b) => b > 0),
+    matchBlocks: (id) => held[id] ?? 0,
+    matches: () => new Map(Object.entries(held).filter(([, b]) => b > 0)),
+    prefixKey: (blocks) => (blocks >= 1 && blocks <= total ? `${name}/${blocks}` : undefined),
+  };
+}
+
+function filter(spread: Record<string, unknown> | null = {}) {
+  return new PrefixCacheAffinityFilter(
+    "f",
+    affinityParams.parse({
+      prefixMatchInfoProducerName: "p",
+      maxTTFTPenaltyMs: 0,
+      ...(spread === null ? {} : { spreadHotPrefixes: spread }),
+    }),
+  );
+}
+
+/** Filters one request at time `t` (seconds). */
+function route(f: PrefixCacheAffinityFilter, i: PrefixMatchInfo, t: number): string[] {
+  const c = cycleFor(completion(`r${t}`, "x"), pool, t);
+  c.set(prefixKey("p"), i);
+  return ids(f.filter(c, pool));
+}
+
+describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
+  it("sends a prefix that takes all the traffic to the endpoints without it, once it has been seen enough", () => {
+    const f = filter();
+    const out: string[][] = [];
+    // 10 requests a second, all sharing one 12-block prefix held by a:1, with questions of two
+    // lengths: their sticky parts end at blocks 11 and 12, so they share the keys at 1, 2, 4 and 8.
+    for (let k = 0; k < 20; k++)
+      out.push(route(f, info("sys", k % 2 === 0 ? 13 : 15, { "a:1": 12 }), k / 10));
+    // Fewer than minRequests (16) seen: sticky.
+    for (const o of out.slice(0, 15)) assert.deepEqual(o, ["a:1"]);
+    for (const o of out.slice(16)) assert.deepEqual(o, ["b:1", "c:1", "d:1"]);
+    assert.equal(f.decisions["hot-prefix"], out.slice(15).filter((o) => o.length === 3).length);
+  });
+
+  it("stops once each holder carries no more than its share", () => {
+    // The prefix is half the pool's requests: with one home it is twice a fair share, with two at it.
+    for (const [held, expected] of [
+      [{ "a:1": 9 }, ["b:1", "c:1", "d:1"]],
+      [{ "a:1": 9, "b:1": 9 }, ["a:1", "b:1"]],
+    ] as const) {
+      const f = filter();
+      let last: string[] = [];
+      for (let k = 0; k < 80; k++) {
+        const t = k / 10;
+        last = k % 2 === 0 ? route(f, info("sys", 10, held), t) : route(f, info(`other${k}`, 10, {}), t);
+        if (k % 2 === 1)
+          assert.deepEqual(last, ["a:1", "b:1", "c:1", "d:1"], "an unmatched request keeps all");
+      }
+      assert.deepEqual(route(f, info("sys", 10, held), 8), expected);
+    }
+  });
+
+  it("never spreads prefixes that share the pool evenly", () => {
+    // Eight prefixes, two homed on each endpoint, requested in turn at 40 a second for a minute.
+    const f = filter();
+    for (let k = 0; k < 2400; k++) {
+      const p = k % 8;
+      const home = pool[p % 4].id;
+      assert.deepEqual(route(f, info(`sys${p}`, 10, { [home]: 9 }), k / 40), [home]);
+    }
+    assert.equal(f.decisions["hot-prefix"], 0);
+  });
+
+  it("does not count a block every endpoint holds (a chat template) as a hot prefix", () => {
+    // Every request starts with the same block, held everywhere; past it each conversation is its own.
+    const f = filter();
+    for (let k = 0; k < 400; k++) {
+      const i = info(`chat${k % 4}`, 16, { "a:1": 1, "b:1": 1, "c:1": 1, "d:1": 1, [pool[k % 4].id]: 15 });
+      const shared = i.prefixKey;
+      const r: PrefixMatchInfo = { ...i, prefixKey: (d) => (d === 1 ? "template/1" : shared?.(d)) };
+      assert.deepEqual(route(f, r, k / 10), [pool[k % 4].id]);
+    }
+  });
+
+  it("forgets a burst: a prefix hot a minute ago is sticky again once its rate has fallen", () => {
+    const f = filter();
+    for (let k = 0; k < 40; k++) route(f, info("sys", 10, { "a:1": 9 }), k / 10);
+    assert.deepEqual(route(f, info("sys", 10, { "a:1": 9 }), 4), ["b:1", "c:1", "d:1"]);
+    // Then the pool's traffic moves to other prefixes, one request of "sys" every 10 s among them.
+    let last: string[] = [];
+    for (let k = 0; k < 1200; k++) {
+      const t = 5 + k / 10;
+      last = k % 100 === 99 ? route(f, info("sys", 10, { "a:1": 9 }), t) : route(f, info(`o${k}`, 10, {}), t);
+    }
+    assert.deepEqual(last, ["a:1"]);
+  });
+
+  it("is off unless asked for, and refuses a share that is not above one", () => {
+    const f = filter(null);
+    for (let k = 0; k < 100; k++) assert.deepEqual(route(f, info("sys", 10, { "a:1": 9 }), k / 10), ["a:1"]);
+    assert.throws(() => affinityParams.parse({ spreadHotPrefixes: { share: 1 } }), /must be above 1/);
+  });
+});
+
+describe("PrefixRates", () => {
+  it("decays each count with the window's time constant, the pool's too", () => {
+    const r = new PrefixRates(30);
+    for (let k = 0; k < 10; k++) {
+      r.countRequest(0);
+      r.countPrefix("x", 0);
+    }
+    assert.equal(r.requests(0), 10);
+    assert.ok(Math.abs(r.requests(30) - 10 / Math.E) < 1e-9);
+    assert.ok(Math.abs(r.countPrefix("x", 30) - (1 + 10 / Math.E)) < 1e-9);
+    // A steady rate reads rate × window.
+    const s = new PrefixRates(10);
+    for (let k = 0; k < 2000; k++) s.countRequest(k / 5);
+    assert.ok(Math.abs(s.requests(400) - 50) < 1, `${s.requests(400)}`);
+  });
+
+  it("sweeps out prefixes that have gone quiet, so a stream of one-off prefixes stays bounded", () => {
+    const r = new PrefixRates(1);
+    for (let k = 0; k < 100_000; k++) r.countPrefix(`p${k}`, k);
+    assert.ok(r.size <= 4096, `${r.size}`);
+    // One still busy is kept through a sweep.
+    const b = new PrefixRates(1000);
+    for (let k = 0; k < 5000; k++) {
+      b.countPrefix("busy", k / 100);
+      b.countPrefix(`p${k}`, k / 100);
+    }
+    assert.ok(b.countPrefix("busy", 50) > 1000);
+  });
+});
