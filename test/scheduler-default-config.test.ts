@@ -169,6 +169,54 @@ describe("default config: new documents are not founded on a replica decoding fa
   });
 });
 
+describe("default config: a prefix most requests share gets as many homes as its traffic needs", () => {
+  /** `n` requests 0.1 s apart, each ending 1 s after it starts; the endpoints that served each prompt. */
+  async function serve(config: string, prompt: (k: number) => string, n: number) {
+    const { scheduler } = await createScheduler(config, { hasher: h, seed: 5 });
+    const m = { kvCacheUsagePercent: 0.1, cacheNumBlocks: 100_000, cacheBlockSize: 16 };
+    const ending: { req: RequestFacts; id: string; t: number }[] = [];
+    const served = new Map<string, Set<string>>();
+    for (let k = 0; k < n; k++) {
+      const t = k / 10;
+      while (ending.length > 0 && ending[0].t <= t) {
+        const e = ending.shift() as (typeof ending)[number];
+        scheduler.onResponseComplete(e.req, e.id, e.t);
+      }
+      const pool = ["a:1", "b:1", "c:1", "d:1"].map((id) => endpoint(id, { ...m, updateTime: t }));
+      const req = completion(`q${k}`, prompt(k));
+      const r = scheduler.schedule(req, pool, t);
+      const id = r.target?.id as string;
+      scheduler.onPicked(req, r, t);
+      scheduler.onResponseStarted(req, id, t + 0.05);
+      ending.push({ req, id, t: t + 1 });
+      const key = prompt(k).slice(0, 40);
+      served.set(key, (served.get(key) ?? new Set()).add(id));
+    }
+    return served;
+  }
+  const off = DEFAULT.replace(/\n {4}spreadHotPrefixes:\n {6}share: 1\.1/, "");
+
+  it("one system prompt behind every request is served by every replica, not by its first", async () => {
+    const one = (k: number) => `${DOC} question ${k}: what changed in quarter ${k % 7}?`;
+    assert.notEqual(off, DEFAULT);
+    assert.deepEqual(
+      [...(await serve(off, one, 200)).values()].map((s) => s.size),
+      [1],
+    );
+    assert.deepEqual(
+      [...(await serve(DEFAULT, one, 200)).values()].map((s) => s.size),
+      [4],
+    );
+  });
+
+  it("eight system prompts sharing the traffic evenly keep one home each", async () => {
+    const eight = (k: number) => `system prompt ${k % 8}. ${DOC} question ${k}?`;
+    const homes = await serve(DEFAULT, eight, 400);
+    assert.equal(homes.size, 8);
+    for (const [key, s] of homes) assert.equal(s.size, 1, key);
+  });
+});
+
 describe("default config: one prefill rate for the pool in prefill-wait-scorer", () => {
   /**
    * a:1 has served only 1,000-token prompts, each first token 1 s after its pick (latency-bound: it
