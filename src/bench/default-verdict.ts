@@ -48,6 +48,7 @@ const SCENARIOS = [
   "no-sharing-overload",
   "tutorial-steady",
   "tutorial",
+  "one-system-prompt",
 ];
 /** Issue 9's margins: throughput within 2% of the best other router, TTFT p90/p99 at most 10% worse. */
 const THROUGHPUT_MARGIN = 0.02;
