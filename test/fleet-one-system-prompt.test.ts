@@ -23,7 +23,7 @@ async function replicasServing(configText: string): Promise<number> {
 describe("one-system-prompt scenario", () => {
   it("the default config serves the one prompt from all 8 replicas; without spreadHotPrefixes from one or two", async () => {
     const on = readFileSync("config/examples/default.yaml", "utf8");
-    const off = on.replace(/\n {4}spreadHotPrefixes:\n {6}share: 1\.1/, "");
+    const off = on.replace(/\n {4}spreadHotPrefixes:\n {6}margin: 0\.5/, "");
     assert.notEqual(off, on);
     assert.equal(await replicasServing(on), 8);
     const sticky = await replicasServing(off);

@@ -194,7 +194,7 @@ describe("default config: a prefix most requests share gets as many homes as its
     }
     return served;
   }
-  const off = DEFAULT.replace(/\n {4}spreadHotPrefixes:\n {6}share: 1\.1/, "");
+  const off = DEFAULT.replace(/\n {4}spreadHotPrefixes:\n {6}margin: 0\.5/, "");
 
   it("one system prompt behind every request is served by every replica, not by its first", async () => {
     const one = (k: number) => `${DOC} question ${k}: what changed in quarter ${k % 7}?`;

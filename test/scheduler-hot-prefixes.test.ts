@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { PrefixMatchInfo } from "../src/scheduler/plugins/data.ts";
-import { prefixKey } from "../src/scheduler/plugins/data.ts";
+import { packedKey, prefixKey } from "../src/scheduler/plugins/data.ts";
 import { PrefixRates } from "../src/scheduler/plugins/filters/hot-prefixes.ts";
 import {
   affinityParams,
@@ -14,8 +14,15 @@ import { completion, cycleFor, endpoint } from "../src/scheduler/testing.ts";
 const pool = ["a:1", "b:1", "c:1", "d:1"].map((id) => endpoint(id));
 const ids = (eps: readonly { id: string }[]) => eps.map((e) => e.id);
 
+/** A number per prefix name, so test prefixes get keys as the producers' are: numbers. */
+const names = new Map<string, number>();
+const named = (name: string, blocks: number) => {
+  if (!names.has(name)) names.set(name, names.size + 1);
+  return (names.get(name) as number) * 1_000_000 + blocks;
+};
+
 /**
- * A request of `total` blocks whose first blocks are named `name/<depth>` (the same for every
+ * A request of `total` blocks whose first blocks are named by `name` and depth (the same for every
  * request of that name), held by each endpoint of `held` to the given depth.
  */
 function info(name: string, total: number, held: Record<string, number>): PrefixMatchInfo {
@@ -26,7 +33,7 @@ function info(name: string, total: number, held: Record<string, number>): Prefix
     anyMatch: Object.values(held).some((b) => b > 0),
     matchBlocks: (id) => held[id] ?? 0,
     matches: () => new Map(Object.entries(held).filter(([, b]) => b > 0)),
-    prefixKey: (blocks) => (blocks >= 1 && blocks <= total ? `${name}/${blocks}` : undefined),
+    prefixKey: (blocks) => (blocks >= 1 && blocks <= total ? named(name, blocks) : undefined),
   };
 }
 
@@ -62,8 +69,8 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     assert.equal(f.decisions["hot-prefix"], out.slice(15).filter((o) => o.length === 3).length);
   });
 
-  it("stops once each holder carries no more than its share", () => {
-    // The prefix is half the pool's requests: with one home it is twice a fair share, with two at it.
+  it("stops once its homes' fair shares carry it", () => {
+    // The prefix is half the pool's requests: two endpoints' fair shares.
     for (const [held, expected] of [
       [{ "a:1": 9 }, ["b:1", "c:1", "d:1"]],
       [{ "a:1": 9, "b:1": 9 }, ["a:1", "b:1"]],
@@ -80,6 +87,20 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     }
   });
 
+  it("gives a prefix with all the traffic every endpoint, however many there are", () => {
+    const many = Array.from({ length: 16 }, (_, k) => endpoint(`e${k}:1`));
+    const f = filter();
+    const held: Record<string, number> = { "e0:1": 9 };
+    for (let k = 0; k < 400; k++) {
+      const c = cycleFor(completion(`r${k}`, "x"), many, k / 10);
+      c.set(prefixKey("p"), info("sys", 10, held));
+      const kept = ids(f.filter(c, many));
+      // The scorers would pick one of those kept; here the first, which then holds the prefix too.
+      if (held[kept[0]] === undefined) held[kept[0]] = 9;
+    }
+    assert.equal(Object.keys(held).length, 16);
+  });
+
   it("never spreads prefixes that share the pool evenly", () => {
     // Eight prefixes, two homed on each endpoint, requested in turn at 40 a second for a minute.
     const f = filter();
@@ -91,15 +112,23 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     assert.equal(f.decisions["hot-prefix"], 0);
   });
 
-  it("does not count a block every endpoint holds (a chat template) as a hot prefix", () => {
-    // Every request starts with the same block, held everywhere; past it each conversation is its own.
+  it("judges a long conversation by its own blocks, not by the hot system prompt it starts with", () => {
+    // All traffic shares an 8-block system prompt held by a:1 alone; conversations of 32 blocks run
+    // past it, each held by its home. Their deepest counted depth (16 blocks) is their own.
     const f = filter();
+    const convo = (k: number, home: string): PrefixMatchInfo => {
+      const i = info(`c${k % 4}`, 32, { "a:1": 8, [home]: 31 });
+      const own = i.prefixKey;
+      return { ...i, prefixKey: (d) => (d <= 8 ? named("sys", d) : own?.(d)) };
+    };
     for (let k = 0; k < 400; k++) {
-      const i = info(`chat${k % 4}`, 16, { "a:1": 1, "b:1": 1, "c:1": 1, "d:1": 1, [pool[k % 4].id]: 15 });
-      const shared = i.prefixKey;
-      const r: PrefixMatchInfo = { ...i, prefixKey: (d) => (d === 1 ? "template/1" : shared?.(d)) };
-      assert.deepEqual(route(f, r, k / 10), [pool[k % 4].id]);
+      const home = pool[k % 4].id;
+      assert.deepEqual(route(f, convo(k, home), k / 10), [home]);
     }
+    // A short question behind the same system prompt, judged at depth 8, is hot.
+    const q = info("sys", 10, { "a:1": 8 });
+    const short: PrefixMatchInfo = { ...q, prefixKey: (d) => (d <= 8 ? named("sys", d) : undefined) };
+    assert.deepEqual(route(f, short, 40), ["b:1", "c:1", "d:1"]);
   });
 
   it("forgets a burst: a prefix hot a minute ago is sticky again once its rate has fallen", () => {
@@ -115,10 +144,23 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     assert.deepEqual(last, ["a:1"]);
   });
 
-  it("is off unless asked for, and refuses a share that is not above one", () => {
+  it("is off unless asked for, and refuses a margin that is not above zero", () => {
     const f = filter(null);
     for (let k = 0; k < 100; k++) assert.deepEqual(route(f, info("sys", 10, { "a:1": 9 }), k / 10), ["a:1"]);
-    assert.throws(() => affinityParams.parse({ spreadHotPrefixes: { share: 1 } }), /must be above 1/);
+    assert.throws(() => affinityParams.parse({ spreadHotPrefixes: { margin: 0 } }), /must be above 0/);
+  });
+});
+
+describe("packedKey", () => {
+  it("names a prompt's first blocks by 53 bits of the last one's [lo, hi] hash pair, nothing past its end", () => {
+    const packed = [0x7fff_f800, -1, 21, 22, -2048, 3];
+    assert.equal(packedKey(packed, 1), 0xffff_ffff * 2 ** 21 + 0xf_ffff);
+    assert.equal(packedKey(packed, 3), 3 * 2 ** 21 + 0x1f_ffff);
+    assert.ok(Number.isSafeInteger(packedKey(packed, 1)));
+    assert.notEqual(packedKey(packed, 2), packedKey(packed, 3));
+    assert.equal(packedKey(packed, 4), undefined);
+    assert.equal(packedKey(packed, 0), undefined);
+    assert.equal(packedKey(undefined, 1), undefined);
   });
 });
 
@@ -127,11 +169,11 @@ describe("PrefixRates", () => {
     const r = new PrefixRates(30);
     for (let k = 0; k < 10; k++) {
       r.countRequest(0);
-      r.countPrefix("x", 0);
+      r.countPrefix(1, 0);
     }
     assert.equal(r.requests(0), 10);
     assert.ok(Math.abs(r.requests(30) - 10 / Math.E) < 1e-9);
-    assert.ok(Math.abs(r.countPrefix("x", 30) - (1 + 10 / Math.E)) < 1e-9);
+    assert.ok(Math.abs(r.countPrefix(1, 30) - (1 + 10 / Math.E)) < 1e-9);
     // A steady rate reads rate × window.
     const s = new PrefixRates(10);
     for (let k = 0; k < 2000; k++) s.countRequest(k / 5);
@@ -140,14 +182,14 @@ describe("PrefixRates", () => {
 
   it("sweeps out prefixes that have gone quiet, so a stream of one-off prefixes stays bounded", () => {
     const r = new PrefixRates(1);
-    for (let k = 0; k < 100_000; k++) r.countPrefix(`p${k}`, k);
+    for (let k = 0; k < 100_000; k++) r.countPrefix(k + 10, k);
     assert.ok(r.size <= 4096, `${r.size}`);
     // One still busy is kept through a sweep.
     const b = new PrefixRates(1000);
     for (let k = 0; k < 5000; k++) {
-      b.countPrefix("busy", k / 100);
-      b.countPrefix(`p${k}`, k / 100);
+      b.countPrefix(1, k / 100);
+      b.countPrefix(k + 10, k / 100);
     }
-    assert.ok(b.countPrefix("busy", 50) > 1000);
+    assert.ok(b.countPrefix(1, 50) > 1000);
   });
 });

@@ -23,19 +23,20 @@ export interface PrefixMatchInfo {
    */
   matches?(): ReadonlyMap<string, number>;
   /**
-   * Optional: a name for the prompt's first `blocks` blocks (its last block's hash), the same for
-   * every request sharing them; undefined past the first prompt's end.
+   * Optional: a name for the prompt's first `blocks` blocks (53 bits of its last block's hash), the
+   * same for every request sharing them; undefined past the first prompt's end.
    */
-  prefixKey?(blocks: number): string | undefined;
+  prefixKey?(blocks: number): number | undefined;
 }
 
 /**
  * prefixKey() over a request's block hashes packed as [lo, hi] pairs (PackedHashes, PackedKeys): the
- * `blocks`-th block's hash as text; undefined when the prompt has fewer blocks.
+ * `blocks`-th block's hash, its high 32 bits and the top 21 of its low ones (an exact integer, no
+ * string to build per lookup); undefined when the prompt has fewer blocks.
  */
-export function packedKey(packed: ArrayLike<number> | undefined, blocks: number): string | undefined {
+export function packedKey(packed: ArrayLike<number> | undefined, blocks: number): number | undefined {
   if (packed === undefined || blocks < 1 || 2 * blocks > packed.length) return undefined;
-  return `${packed[2 * blocks - 2]}:${packed[2 * blocks - 1]}`;
+  return (packed[2 * blocks - 1] >>> 0) * 2 ** 21 + (packed[2 * blocks - 2] >>> 11);
 }
 
 /** PrefixMatchInfo over a map of the matched endpoints (those absent match 0); producers extend it. */

@@ -157,7 +157,7 @@ export class PreciseMatchInfo extends MapMatchInfo {
   ) {
     super(totalBlocks, blockSizeTokens, promptTokens, scores);
   }
-  prefixKey(blocks: number): string | undefined {
+  prefixKey(blocks: number): number | undefined {
     return packedKey(this.keys, blocks);
   }
   /** Consecutive blocks from block 0 the endpoint holds on any weighted tier, unweighted. */

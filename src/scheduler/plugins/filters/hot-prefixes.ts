@@ -2,16 +2,17 @@
  * Hot prefixes for prefix-cache-affinity-filter's `spreadHotPrefixes` (kvgate): how fast requests
  * arrive for each prefix, against how fast they arrive for the whole pool. Sticky routing sends
  * every request of a prefix to the endpoints that hold it, so one popular prefix (a system prompt
- * most requests share) lands on one replica while the rest of the fleet idles. A prefix is hot when
- * its requests per endpoint holding it exceed `share` × the pool's requests per endpoint; the filter
- * then lets the request go to an endpoint without it, which becomes one more home, until the
- * prefix's homes carry no more than that share each.
+ * most requests share) lands on one replica while the rest of the fleet idles. A prefix is hot while
+ * its requests exceed the fair shares (the pool's requests per endpoint) of the endpoints holding
+ * it by more than `margin` of one share; the filter then lets the request go to an endpoint without
+ * it, which becomes one more home.
  *
  * A prefix is named by the hash of its last block, at each power-of-two depth (1, 2, 4, … blocks) up
- * to the part of the prompt that makes its homes sticky: requests that share a system prompt but
- * differ in the length of their question count as one prefix at the depths inside the system
- * prompt, and a depth every request shares (a chat template's first block) is held by every endpoint,
- * so its rate per holder is the pool's and it is never hot.
+ * to the part of the prompt that makes its homes sticky, and judged at the deepest of them: requests
+ * that share a system prompt but differ in the length of their question count as one prefix at the
+ * depths inside the system prompt, a request whose sticky part runs past a shared system prompt (a
+ * long conversation) is judged by its own conversation, and a depth every endpoint holds (a chat
+ * template's first block) brings no more than the pool's share per holder, so it is never hot.
  *
  * Rates are counts decayed exponentially with time constant `windowSeconds` (a steady rate r reads
  * r × windowSeconds). Pure: time (seconds) is passed in.
@@ -27,7 +28,7 @@ interface Decayed {
 const SWEEP_AT = 4096;
 
 export class PrefixRates {
-  readonly #byKey = new Map<string, Decayed>();
+  readonly #byKey = new Map<number, Decayed>();
   readonly #all: Decayed = { n: 0, at: 0 };
   #sweepAt = SWEEP_AT;
 
@@ -40,7 +41,7 @@ export class PrefixRates {
   }
 
   /** Counts one request of the prefix `key` at `now`; returns its decayed count. */
-  countPrefix(key: string, now: number): number {
+  countPrefix(key: number, now: number): number {
     let d = this.#byKey.get(key);
     if (d === undefined) {
       if (this.#byKey.size >= this.#sweepAt) this.#sweep(now);

@@ -34,13 +34,14 @@
  * request, and a prefix most requests share (one application's system prompt) starts fast on its
  * home, cached, while that one replica decodes the whole fleet's traffic. So the filter counts the
  * requests of each prefix and of the pool (decayed over `windowSeconds`, hot-prefixes.ts), and
- * when a prefix's requests per endpoint holding it exceed `share` × the pool's requests per
- * endpoint, it keeps the endpoints that do not hold it ("hot-prefix"): the scorers pick one, which
- * becomes another home, until each home carries no more than that share. A pool of prefixes that
- * each bring less than a replica's share (the 150 × 5 run's 150 groups over 8 replicas) never
- * triggers it. A prefix is named at each power-of-two depth within its sticky part, so questions of
- * different lengths behind one system prompt count together, and a block every endpoint holds
- * (a chat template) is never hot: its requests per holder are the pool's.
+ * while a prefix's requests exceed the fair shares of the endpoints holding it (the pool's requests
+ * per endpoint, times their number) by more than `margin` of one endpoint's share, it keeps the
+ * endpoints that do not hold it ("hot-prefix"): the scorers pick one, which becomes another home.
+ * A prefix with all the traffic ends on every endpoint, one with a quarter of it on a quarter of
+ * them. A pool of prefixes that each bring less than an endpoint's share (the 150 × 5 run's 150
+ * groups over 8 replicas) never triggers it. A request is counted at each power-of-two depth within
+ * its sticky part and judged at the deepest: questions of different lengths behind one system
+ * prompt count together, and a long conversation behind a hot system prompt is judged by its own.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
@@ -71,14 +72,18 @@ export const affinityParams = z
     learnPrefillThroughput: z.boolean().default(true),
     /** kvgate: count a sticky endpoint's wait for a sequence slot (module comment). */
     releaseWhenSlotsFull: z.boolean().default(false),
-    /** kvgate: give a prefix more homes while its requests per home exceed a fair share (module comment). */
+    /** kvgate: give a prefix more homes while it brings more than its homes' fair shares (module comment). */
     spreadHotPrefixes: z
       .strictObject({
         /** Hot above this multiple of the pool's requests per endpoint. */
-        share: z
+        /** Hot while its requests exceed its homes' fair shares by more than this many endpoints' share. */
+        margin: z
           .number()
-          .gt(1, "must be above 1 (1.1: a prefix is hot past 10% more requests per holder than a fair share)")
-          .default(1.1),
+          .gt(
+            0,
+            "must be above 0 (0.5: another home once a prefix brings half an endpoint's share more than its homes')",
+          )
+          .default(0.5),
         /** Time constant of the decayed request counts, seconds. */
         windowSeconds: z.number().positive().default(30),
         /** A prefix with fewer decayed requests than this is never hot. */
@@ -296,9 +301,9 @@ export class PrefixCacheAffinityFilter implements Filter {
 
   /**
    * spreadHotPrefixes: counts the request for its prefix at each power-of-two depth (in blocks) up
-   * to the part that makes endpoints sticky (hot-prefixes.ts). When, at one of those depths, the
-   * prefix's requests per endpoint holding it exceed `share` × the pool's requests per endpoint, the
-   * endpoints that do not hold it at that depth (the scorers then pick one, which becomes another
+   * to the part that makes endpoints sticky (hot-prefixes.ts). When, at the deepest of those, the
+   * prefix's requests exceed its holders' fair shares by more than `margin` of one share, the
+   * endpoints that do not hold it that deep (the scorers then pick one, which becomes another
    * home); else null.
    */
   #spread(
@@ -310,19 +315,24 @@ export class PrefixCacheAffinityFilter implements Filter {
   ): EndpointState[] | null {
     const spread = this.params.spreadHotPrefixes as NonNullable<AffinityParams["spreadHotPrefixes"]>;
     const depth = Math.ceil(this.params.affinityThreshold * info.totalBlocks);
-    const limit = (spread.share * rates.requests(now)) / endpoints.length;
-    let hotAt = 0;
+    const share = rates.requests(now) / endpoints.length;
+    // Counted at every depth, so a shorter prompt's deepest depth sees the longer ones sharing it;
+    // judged only at the deepest, the prefix that makes the homes sticky: a shallower one (a system
+    // prompt before a long conversation) may be hot while the rest of the prompt is only here.
+    let seen = 0;
+    let at = 0;
     for (let d = 1; d <= depth; d *= 2) {
       const key = info.prefixKey?.(d);
       if (key === undefined) break;
-      const seen = rates.countPrefix(key, now);
-      // Every endpoint holding the prompt this deep counts; the sticky ones all do, so this is cheap.
-      if (hotAt > 0 || seen < spread.minRequests || seen / homes <= limit) continue;
-      if (seen / holders(info, endpoints, d) > limit) hotAt = d;
+      seen = rates.countPrefix(key, now);
+      at = d;
     }
-    if (hotAt === 0) return null;
+    // The sticky endpoints all hold the prompt this deep, so the count of holders is needed only
+    // when the prefix brings more than the homes' shares.
+    if (at === 0 || seen < spread.minRequests || seen - homes * share <= spread.margin * share) return null;
+    if (seen - holders(info, endpoints, at) * share <= spread.margin * share) return null;
     const rest: EndpointState[] = [];
-    for (const e of endpoints) if (info.matchBlocks(e.id) < hotAt) rest.push(e);
+    for (const e of endpoints) if (info.matchBlocks(e.id) < at) rest.push(e);
     return rest.length > 0 ? rest : null;
   }
 

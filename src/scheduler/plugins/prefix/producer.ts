@@ -75,7 +75,7 @@ class MatchInfo extends MapMatchInfo {
   ) {
     super(totalBlocks, blockSizeTokens, promptTokens, counts);
   }
-  prefixKey(blocks: number): string | undefined {
+  prefixKey(blocks: number): number | undefined {
     return packedKey(this.hashes[0], blocks);
   }
 }
