@@ -49,6 +49,7 @@ const SCENARIOS = [
   "tutorial-steady",
   "tutorial",
   "one-system-prompt",
+  "popular-prompt",
 ];
 /** Issue 9's margins: throughput within 2% of the best other router, TTFT p90/p99 at most 10% worse. */
 const THROUGHPUT_MARGIN = 0.02;
