@@ -75,7 +75,6 @@ export const affinityParams = z
     /** kvgate: give a prefix more homes while it brings more than its homes' fair shares (module comment). */
     spreadHotPrefixes: z
       .strictObject({
-        /** Hot above this multiple of the pool's requests per endpoint. */
         /** Hot while its requests exceed its homes' fair shares by more than this many endpoints' share. */
         margin: z
           .number()
