@@ -4,20 +4,18 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
-import { createScheduler } from "../src/scheduler/scheduler.ts";
-import { runFleet } from "../src/sim/fleet/fleet.ts";
 import { PromptTokenizer } from "../src/sim/fleet/prompt-tokens.ts";
 import { loadScenario } from "../src/sim/fleet/scenario.ts";
-import { scenarioFleetOptions, scenarioWorkload } from "../src/sim/fleet/simulate.ts";
+import { runRouter, scenarioWorkload } from "../src/sim/fleet/simulate.ts";
 
 /** Replicas that served the measured requests of the scenario's first tenth, under `configText`. */
 async function replicasServing(configText: string): Promise<number> {
   const sc = loadScenario("scenarios/one-system-prompt.yaml");
   const r = { ...(sc.routers.find((x) => x.name === "default") as (typeof sc.routers)[number]), configText };
-  const { workload } = scenarioWorkload(sc, true);
-  const created = await createScheduler(configText, { seed: sc.seed });
-  const res = runFleet(scenarioFleetOptions(sc, r, created, workload, new PromptTokenizer()));
-  return new Set(res.records.filter((x) => !x.warmup).map((x) => x.endpoint)).size;
+  const { spec, workload } = scenarioWorkload(sc, true);
+  const ctx = { spec, workload, tokenizer: new PromptTokenizer(), limits: null, records: true };
+  const { rows = [] } = await runRouter(sc, r, ctx);
+  return new Set(rows.filter((x) => !x.warmup).map((x) => x.endpoint)).size;
 }
 
 describe("one-system-prompt scenario", () => {
