@@ -1,5 +1,5 @@
-// spreadHotPrefixes: the affinity filter gives a prefix more homes while its requests per holder
-// exceed a fair share of the pool's, and the decayed counts behind it (hot-prefixes.ts).
+// spreadHotPrefixes: the affinity filter gives a prefix more homes while the requests sent to its
+// holders exceed their fair shares of the pool's, and the decayed counts behind it (hot-prefixes.ts).
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { PrefixMatchInfo } from "../src/scheduler/plugins/data.ts";
@@ -10,6 +10,7 @@ import {
   PrefixCacheAffinityFilter,
 } from "../src/scheduler/plugins/filters/prefix-affinity.ts";
 import { completion, cycleFor, endpoint } from "../src/scheduler/testing.ts";
+import type { EndpointState } from "../src/scheduler/types.ts";
 
 const pool = ["a:1", "b:1", "c:1", "d:1"].map((id) => endpoint(id));
 const ids = (eps: readonly { id: string }[]) => eps.map((e) => e.id);
@@ -48,11 +49,23 @@ function filter(spread: Record<string, unknown> | null = {}) {
   );
 }
 
-/** Filters one request at time `t` (seconds). */
-function route(f: PrefixCacheAffinityFilter, i: PrefixMatchInfo, t: number): string[] {
-  const c = cycleFor(completion(`r${t}`, "x"), pool, t);
+let turn = 0;
+/** The endpoint route() picked last. */
+let picked = "";
+/** Filters one request at time `t` (seconds) and picks one of the endpoints kept, in turn, as the scorers would. */
+function route(
+  f: PrefixCacheAffinityFilter,
+  i: PrefixMatchInfo,
+  t: number,
+  candidates: readonly EndpointState[] = pool,
+): string[] {
+  const c = cycleFor(completion(`r${t}`, "x"), candidates, t);
   c.set(prefixKey("p"), i);
-  return ids(f.filter(c, pool));
+  const kept = f.filter(c, candidates);
+  const target = kept[turn++ % kept.length];
+  picked = target.id;
+  f.preRequest(c, { target, profiles: {} } as never, t);
+  return ids(kept);
 }
 
 describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
@@ -69,13 +82,16 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     assert.equal(f.decisions["hot-prefix"], out.slice(15).filter((o) => o.length === 3).length);
   });
 
-  it("stops once its homes' fair shares carry it", () => {
-    // The prefix is half the pool's requests: two endpoints' fair shares.
+  it("stops once its homes' fair shares carry it and the other prefixes homed beside it", () => {
+    // The prefix is half the pool's requests, two endpoints' fair shares; the other half is spread
+    // over all four, so its homes carry a quarter of their shares besides. On two it is still hot
+    // (a quarter of a share above them, over a margin of 0.2), on three not (an eighth less).
     for (const [held, expected] of [
       [{ "a:1": 9 }, ["b:1", "c:1", "d:1"]],
-      [{ "a:1": 9, "b:1": 9 }, ["a:1", "b:1"]],
+      [{ "a:1": 9, "b:1": 9 }, ["c:1", "d:1"]],
+      [{ "a:1": 9, "b:1": 9, "c:1": 9 }, ["a:1", "b:1", "c:1"]],
     ] as const) {
-      const f = filter();
+      const f = filter({ margin: 0.2 });
       let last: string[] = [];
       for (let k = 0; k < 80; k++) {
         const t = k / 10;
@@ -92,24 +108,26 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
     const f = filter();
     const held: Record<string, number> = { "e0:1": 9 };
     for (let k = 0; k < 400; k++) {
-      const c = cycleFor(completion(`r${k}`, "x"), many, k / 10);
-      c.set(prefixKey("p"), info("sys", 10, held));
-      const kept = ids(f.filter(c, many));
-      // The scorers would pick one of those kept; here the first, which then holds the prefix too.
-      if (held[kept[0]] === undefined) held[kept[0]] = 9;
+      route(f, info("sys", 10, held), k / 10, many);
+      // The one picked holds the prefix from then on.
+      held[picked] ??= 9;
     }
     assert.equal(Object.keys(held).length, 16);
   });
 
   it("never spreads prefixes that share the pool evenly", () => {
-    // Eight prefixes, two homed on each endpoint, requested in turn at 40 a second for a minute.
-    const f = filter();
-    for (let k = 0; k < 2400; k++) {
-      const p = k % 8;
-      const home = pool[p % 4].id;
-      assert.deepEqual(route(f, info(`sys${p}`, 10, { [home]: 9 }), k / 40), [home]);
+    // Eight prefixes, two homed on each endpoint, or four, one on each, requested in turn at 40 a
+    // second for a minute. Each of the four brings three times the share the others leave per
+    // endpoint, but its home is sent no more than its share: the others went elsewhere.
+    for (const prefixes of [8, 4]) {
+      const f = filter();
+      for (let k = 0; k < 2400; k++) {
+        const p = k % prefixes;
+        const home = pool[p % 4].id;
+        assert.deepEqual(route(f, info(`sys${p}`, 10, { [home]: 9 }), k / 40), [home]);
+      }
+      assert.equal(f.decisions["hot-prefix"], 0);
     }
-    assert.equal(f.decisions["hot-prefix"], 0);
   });
 
   it("judges a long conversation by its own blocks, not by the hot system prompt it starts with", () => {
@@ -168,7 +186,7 @@ describe("PrefixRates", () => {
   it("decays each count with the window's time constant, the pool's too", () => {
     const r = new PrefixRates(30);
     for (let k = 0; k < 10; k++) {
-      r.countRequest(0);
+      r.countPick("e", 0);
       r.countPrefix(1, 0);
     }
     assert.equal(r.requests(0), 10);
@@ -176,7 +194,7 @@ describe("PrefixRates", () => {
     assert.ok(Math.abs(r.countPrefix(1, 30) - (1 + 10 / Math.E)) < 1e-9);
     // A steady rate reads rate × window.
     const s = new PrefixRates(10);
-    for (let k = 0; k < 2000; k++) s.countRequest(k / 5);
+    for (let k = 0; k < 2000; k++) s.countPick("e", k / 5);
     assert.ok(Math.abs(s.requests(400) - 50) < 1, `${s.requests(400)}`);
   });
 

@@ -1,11 +1,11 @@
 /**
  * Hot prefixes for prefix-cache-affinity-filter's `spreadHotPrefixes` (kvgate): how fast requests
- * arrive for each prefix, against how fast they arrive for the whole pool. Sticky routing sends
- * every request of a prefix to the endpoints that hold it, so one popular prefix (a system prompt
- * most requests share) lands on one replica while the rest of the fleet idles. A prefix is hot while
- * its requests exceed the fair shares (the pool's requests per endpoint) of the endpoints holding
- * it by more than `margin` of one share; the filter then lets the request go to an endpoint without
- * it, which becomes one more home.
+ * arrive for each prefix, against how fast the pool picks each endpoint. Sticky routing sends every
+ * request of a prefix to the endpoints that hold it, so one popular prefix (a system prompt most
+ * requests share) lands on one replica while the rest of the fleet idles. A prefix is hot while the
+ * requests sent to the endpoints holding it — its own and the other prefixes homed there — exceed
+ * their fair shares (the pool's requests per endpoint) by more than `margin` of one share; the
+ * filter then lets the request go to an endpoint without it, which becomes one more home.
  *
  * A prefix is named by the hash of its last block, at each power-of-two depth (1, 2, 4, … blocks) up
  * to the part of the prompt that makes its homes sticky, and judged at the deepest of them: requests
@@ -29,15 +29,36 @@ const SWEEP_AT = 4096;
 
 export class PrefixRates {
   readonly #byKey = new Map<number, Decayed>();
+  readonly #byEndpoint = new Map<string, Decayed>();
   readonly #all: Decayed = { n: 0, at: 0 };
   #sweepAt = SWEEP_AT;
 
   constructor(readonly windowSeconds: number) {}
 
-  /** Counts one request of the pool at `now`. */
-  countRequest(now: number): void {
+  /** Counts one request of the pool, picked for `endpointId`, at `now`. */
+  countPick(endpointId: string, now: number): void {
     this.#decay(this.#all, now);
     this.#all.n += 1;
+    let d = this.#byEndpoint.get(endpointId);
+    if (d === undefined) {
+      d = { n: 0, at: now };
+      this.#byEndpoint.set(endpointId, d);
+    }
+    this.#decay(d, now);
+    d.n += 1;
+  }
+
+  /** The endpoint's decayed count of picks at `now`. */
+  picks(endpointId: string, now: number): number {
+    const d = this.#byEndpoint.get(endpointId);
+    if (d === undefined) return 0;
+    this.#decay(d, now);
+    return d.n;
+  }
+
+  /** Forgets the endpoints that left the pool. */
+  retainEndpoints(pool: ReadonlySet<string>): void {
+    for (const id of [...this.#byEndpoint.keys()]) if (!pool.has(id)) this.#byEndpoint.delete(id);
   }
 
   /** Counts one request of the prefix `key` at `now`; returns its decayed count. */
@@ -53,7 +74,7 @@ export class PrefixRates {
     return d.n;
   }
 
-  /** The pool's decayed count at `now`. */
+  /** The pool's decayed count of picks at `now`. */
   requests(now: number): number {
     this.#decay(this.#all, now);
     return this.#all.n;

@@ -33,20 +33,31 @@
  * kvgate's `spreadHotPrefixes`: every gate above asks whether the home is slow to *start* the
  * request, and a prefix most requests share (one application's system prompt) starts fast on its
  * home, cached, while that one replica decodes the whole fleet's traffic. So the filter counts the
- * requests of each prefix and of the pool (decayed over `windowSeconds`, hot-prefixes.ts), and
- * while a prefix's requests exceed the fair shares of the endpoints holding it (the pool's requests
- * per endpoint, times their number) by more than `margin` of one endpoint's share, it keeps the
- * endpoints that do not hold it ("hot-prefix"): the scorers pick one, which becomes another home.
- * A prefix with all the traffic ends on every endpoint, one with a quarter of it on a quarter of
- * them. A pool of prefixes that each bring less than an endpoint's share (the 150 × 5 run's 150
- * groups over 8 replicas) never triggers it. A request is counted at each power-of-two depth within
+ * requests of each prefix and the picks of each endpoint (decayed over `windowSeconds`,
+ * hot-prefixes.ts), and while the endpoints holding a prefix were sent more than their fair shares
+ * (the pool's requests per endpoint, times their number) by more than `margin` of one endpoint's
+ * share, it keeps the endpoints that do not hold it ("hot-prefix"): the scorers pick one, which
+ * becomes another home. What they were sent counts the other prefixes homed beside it, so a prefix
+ * with all the traffic ends on every endpoint, and one with half of it beside many small prefixes
+ * homed everywhere on more than half of them; prefixes that each keep one endpoint busy with its
+ * share (four, a quarter each, on four endpoints) and a pool of prefixes that each bring less than
+ * an endpoint's share (the 150 × 5 run's 150 groups over 8 replicas) never trigger it. A request is counted at each power-of-two depth within
  * its sticky part and judged at the deepest: questions of different lengths behind one system
  * prompt count together, and a long conversation behind a hot system prompt is judged by its own.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
 import { spec } from "../../plugin-spec.ts";
-import type { CycleState, DataKey, EndpointState, Filter, RequestFacts, TypedName } from "../../types.ts";
+import type {
+  CycleState,
+  DataKey,
+  EndpointState,
+  Filter,
+  PreRequestHook,
+  RequestFacts,
+  ScheduleResult,
+  TypedName,
+} from "../../types.ts";
 import { dataKey } from "../../types.ts";
 import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, matchRatio, prefixKey } from "../data.ts";
@@ -122,7 +133,7 @@ export type AffinityDecision =
   | "hot-prefix"
   | "sticky";
 
-export class PrefixCacheAffinityFilter implements Filter {
+export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
   readonly typedName: TypedName;
   readonly #prefix: DataKey<PrefixMatchInfo>;
   readonly #inflight: DataKey<InFlightInfo> | null;
@@ -173,7 +184,6 @@ export class PrefixCacheAffinityFilter implements Filter {
   filter(cycle: CycleState, endpoints: readonly EndpointState[]): readonly EndpointState[] {
     const p = this.params;
     if (endpoints.length <= 1 || p.affinityThreshold <= 0) return this.#done("not-applicable", endpoints);
-    this.#rates?.countRequest(cycle.now);
     if (p.explorationProbability > 0 && cycle.rng.next() < p.explorationProbability) {
       return this.#done("exploration", endpoints);
     }
@@ -187,7 +197,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     const sticky = this.#markSticky(cycle, info, endpoints, isSticky);
     if (sticky.length === 0) return this.#done("no-match", endpoints);
     if (this.#rates !== null && sticky.length < n) {
-      const spread = this.#spread(this.#rates, info, endpoints, sticky.length, cycle.now);
+      const spread = this.#spread(cycle, this.#rates, info, endpoints);
       if (spread !== null) return this.#done("hot-prefix", spread);
     }
     if (this.#latency !== null && sticky.length < n) {
@@ -301,17 +311,17 @@ export class PrefixCacheAffinityFilter implements Filter {
   /**
    * spreadHotPrefixes: counts the request for its prefix at each power-of-two depth (in blocks) up
    * to the part that makes endpoints sticky (hot-prefixes.ts). When, at the deepest of those, the
-   * prefix's requests exceed its holders' fair shares by more than `margin` of one share, the
-   * endpoints that do not hold it that deep (the scorers then pick one, which becomes another
-   * home); else null.
+   * requests sent to the prefix's holders exceed their fair shares by more than `margin` of one
+   * share, the endpoints that do not hold it that deep (the scorers then pick one, which becomes
+   * another home); else null.
    */
   #spread(
+    cycle: CycleState,
     rates: PrefixRates,
     info: PrefixMatchInfo,
     endpoints: readonly EndpointState[],
-    homes: number,
-    now: number,
   ): EndpointState[] | null {
+    const now = cycle.now;
     const spread = this.params.spreadHotPrefixes as NonNullable<AffinityParams["spreadHotPrefixes"]>;
     const depth = Math.ceil(this.params.affinityThreshold * info.totalBlocks);
     const share = rates.requests(now) / endpoints.length;
@@ -326,13 +336,34 @@ export class PrefixCacheAffinityFilter implements Filter {
       seen = rates.countPrefix(key, now);
       at = d;
     }
-    // The sticky endpoints all hold the prompt this deep, so the count of holders is needed only
-    // when the prefix brings more than the homes' shares.
-    if (at === 0 || seen < spread.minRequests || seen - homes * share <= spread.margin * share) return null;
-    if (seen - holders(info, endpoints, at) * share <= spread.margin * share) return null;
+    if (at === 0 || seen < spread.minRequests) return null;
+    // What the holders were sent: this prefix's requests and those of the prefixes homed beside
+    // it (at least the prefix's own, should an endpoint it went to have evicted it since).
+    let homes = 0;
+    let sent = 0;
+    const held = info.matches?.();
+    const positions = held !== undefined ? cycle.positions(endpoints) : null;
+    if (held !== undefined && positions !== null) {
+      for (const [id, blocks] of held)
+        if (blocks >= at && positions.indexOf(id) >= 0) {
+          homes++;
+          sent += rates.picks(id, now);
+        }
+    } else
+      for (const e of endpoints)
+        if (info.matchBlocks(e.id) >= at) {
+          homes++;
+          sent += rates.picks(e.id, now);
+        }
+    if (Math.max(seen, sent) - homes * share <= spread.margin * share) return null;
     const rest: EndpointState[] = [];
     for (const e of endpoints) if (info.matchBlocks(e.id) < at) rest.push(e);
     return rest.length > 0 ? rest : null;
+  }
+
+  /** spreadHotPrefixes: counts the pick for its endpoint. */
+  preRequest(_cycle: CycleState, result: ScheduleResult, now: number): void {
+    if (this.#rates !== null && result.target !== null) this.#rates.countPick(result.target.id, now);
   }
 
   /** releaseWhenSlotsFull: the pace at which the endpoint's responses end (seconds apart, smoothed). */
@@ -351,6 +382,7 @@ export class PrefixCacheAffinityFilter implements Filter {
   /** Endpoints that left the pool take their learned caps and pace with them. */
   retainEndpoints(pool: ReadonlySet<string>): void {
     this.#caps.retain(pool);
+    this.#rates?.retainEndpoints(pool);
     for (const id of [...this.#pace.keys()]) if (!pool.has(id)) this.#pace.delete(id);
   }
 
@@ -447,13 +479,6 @@ export class PrefixCacheAffinityFilter implements Filter {
         : {}),
     };
   }
-}
-
-/** The endpoints holding at least `blocks` blocks of the prompt. */
-function holders(info: PrefixMatchInfo, endpoints: readonly EndpointState[], blocks: number): number {
-  let n = 0;
-  for (const e of endpoints) if (info.matchBlocks(e.id) >= blocks) n++;
-  return n;
 }
 
 /** Weight of the newest gap in the completions' moving average. */
