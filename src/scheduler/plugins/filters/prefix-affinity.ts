@@ -41,9 +41,10 @@
  * with all the traffic ends on every endpoint, and one with half of it beside many small prefixes
  * homed everywhere on more than half of them; prefixes that each keep one endpoint busy with its
  * share (four, a quarter each, on four endpoints) and a pool of prefixes that each bring less than
- * an endpoint's share (the 150 × 5 run's 150 groups over 8 replicas) never trigger it. A request is counted at each power-of-two depth within
- * its sticky part and judged at the deepest: questions of different lengths behind one system
- * prompt count together, and a long conversation behind a hot system prompt is judged by its own.
+ * an endpoint's share (the 150 × 5 run's 150 groups over 8 replicas) never trigger it. A request
+ * is counted at each power-of-two depth within its sticky part and judged at the deepest: questions
+ * of different lengths behind one system prompt count together, and a long conversation behind a
+ * hot system prompt is judged by its own.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
