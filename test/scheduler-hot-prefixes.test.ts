@@ -1,5 +1,6 @@
 // spreadHotPrefixes: the affinity filter gives a prefix more homes while the requests sent to its
-// holders exceed their fair shares of the pool's, and the decayed counts behind it (hot-prefixes.ts).
+// holders exceed their fair shares of the pool's while its own requests give each home margin of a
+// share, and the decayed counts behind it (hot-prefixes.ts).
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { PrefixMatchInfo } from "../src/scheduler/plugins/data.ts";
@@ -49,23 +50,32 @@ function filter(spread: Record<string, unknown> | null = {}) {
   );
 }
 
-let turn = 0;
+/** Picks so far from each list of endpoints kept, so each list is picked from in turn. */
+const turns = new Map<string, number>();
 /** The endpoint route() picked last. */
 let picked = "";
-/** Filters one request at time `t` (seconds) and picks one of the endpoints kept, in turn, as the scorers would. */
+/**
+ * Filters one request at time `t` (seconds) and picks one of the endpoints kept (or of `pickFrom`,
+ * to hold the traffic where it is), in turn for that list, as the load scorers would spread them.
+ */
 function route(
   f: PrefixCacheAffinityFilter,
   i: PrefixMatchInfo,
   t: number,
   candidates: readonly EndpointState[] = pool,
+  pickFrom?: readonly string[],
 ): string[] {
   const c = cycleFor(completion(`r${t}`, "x"), candidates, t);
   c.set(prefixKey("p"), i);
-  const kept = f.filter(c, candidates);
-  const target = kept[turn++ % kept.length];
+  const kept = ids(f.filter(c, candidates));
+  const from = pickFrom ?? kept;
+  const list = from.join(",");
+  const turn = turns.get(list) ?? 0;
+  turns.set(list, turn + 1);
+  const target = candidates.find((e) => e.id === from[turn % from.length]) as EndpointState;
   picked = target.id;
   f.preRequest(c, { target, profiles: {} } as never, t);
-  return ids(kept);
+  return kept;
 }
 
 describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
@@ -84,23 +94,44 @@ describe("prefix-cache-affinity-filter, spreadHotPrefixes", () => {
 
   it("stops once its homes' fair shares carry it and the other prefixes homed beside it", () => {
     // The prefix is half the pool's requests, two endpoints' fair shares; the other half is spread
-    // over all four, so its homes carry a quarter of their shares besides. On two it is still hot
-    // (a quarter of a share above them, over a margin of 0.2), on three not (an eighth less).
+    // over all four, half a share each. Two homes are sent three shares, one above theirs (over a
+    // margin of 0.6: hot); three are sent three and a half, half a share above (not hot). Its own
+    // requests alone, against its homes' shares, would stop at two.
     for (const [held, expected] of [
       [{ "a:1": 9 }, ["b:1", "c:1", "d:1"]],
       [{ "a:1": 9, "b:1": 9 }, ["c:1", "d:1"]],
       [{ "a:1": 9, "b:1": 9, "c:1": 9 }, ["a:1", "b:1", "c:1"]],
     ] as const) {
-      const f = filter({ margin: 0.2 });
+      const f = filter({ margin: 0.6 });
       let last: string[] = [];
+      // Its requests go to its homes all along, whatever the filter says, as they would while the
+      // homes are these.
       for (let k = 0; k < 80; k++) {
         const t = k / 10;
-        last = k % 2 === 0 ? route(f, info("sys", 10, held), t) : route(f, info(`other${k}`, 10, {}), t);
+        last =
+          k % 2 === 0
+            ? route(f, info("sys", 10, held), t, pool, Object.keys(held))
+            : route(f, info(`other${k}`, 10, {}), t);
         if (k % 2 === 1)
           assert.deepEqual(last, ["a:1", "b:1", "c:1", "d:1"], "an unmatched request keeps all");
       }
       assert.deepEqual(route(f, info("sys", 10, held), 8), expected);
     }
+  });
+
+  it("spreads the prefix that needs another home, not one whose home is busy with another's", () => {
+    // a:1 holds u (a fifth of the requests, under one endpoint's share) and v (two fifths); the rest
+    // are unmatched and spread over all four. a:1 is sent 2.8 shares. Only v's own requests fill a
+    // second home to half a share: u stays home, where moving it would hand it around the pool.
+    const f = filter();
+    for (let k = 0; k < 400; k++) {
+      const t = k / 10;
+      const slot = k % 10;
+      if (slot < 2) assert.deepEqual(route(f, info("u", 10, { "a:1": 9 }), t), ["a:1"], `u at ${t}`);
+      else if (slot < 6) route(f, info("v", 10, { "a:1": 9 }), t);
+      else route(f, info(`rest${k}`, 10, {}), t);
+    }
+    assert.ok(f.decisions["hot-prefix"] > 0, "v spreads");
   });
 
   it("gives a prefix with all the traffic every endpoint, however many there are", () => {

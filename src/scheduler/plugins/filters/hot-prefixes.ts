@@ -61,6 +61,14 @@ export class PrefixRates {
     for (const id of [...this.#byEndpoint.keys()]) if (!pool.has(id)) this.#byEndpoint.delete(id);
   }
 
+  /** The prefix's decayed count of requests at `now` (0 if not tracked). */
+  prefix(key: number, now: number): number {
+    const d = this.#byKey.get(key);
+    if (d === undefined) return 0;
+    this.#decay(d, now);
+    return d.n;
+  }
+
   /** Counts one request of the prefix `key` at `now`; returns its decayed count. */
   countPrefix(key: number, now: number): number {
     let d = this.#byKey.get(key);

@@ -37,14 +37,15 @@
  * hot-prefixes.ts), and while the endpoints holding a prefix were sent more than their fair shares
  * (the pool's requests per endpoint, times their number) by more than `margin` of one endpoint's
  * share, it keeps the endpoints that do not hold it ("hot-prefix"): the scorers pick one, which
- * becomes another home. What they were sent counts the other prefixes homed beside it, so a prefix
- * with all the traffic ends on every endpoint, and one with half of it beside many small prefixes
- * homed everywhere on more than half of them; prefixes that each keep one endpoint busy with its
- * share (four, a quarter each, on four endpoints) and a pool of prefixes that each bring less than
- * an endpoint's share (the 150 × 5 run's 150 groups over 8 replicas) never trigger it. A request
- * is counted at each power-of-two depth within its sticky part and judged at the deepest: questions
- * of different lengths behind one system prompt count together, and a long conversation behind a
- * hot system prompt is judged by its own.
+ * becomes another home, as long as the prefix's own requests would give every home, the new one
+ * included, `margin` of a share. What they were sent counts the other prefixes homed beside it, so
+ * a prefix with all the traffic ends on every endpoint, and one with half of it beside many small
+ * prefixes homed everywhere on more than half of them; prefixes that each keep one endpoint busy
+ * with its share (four, a quarter each, on four endpoints) and a pool of prefixes that each bring
+ * less than an endpoint's share (the 150 × 5 run's 150 groups over 8 replicas) never trigger it. A
+ * request is counted, when picked, at each power-of-two depth within its sticky part and judged at
+ * the deepest: questions of different lengths behind one system prompt count together, and a long
+ * conversation behind a hot system prompt is judged by its own.
  */
 import { z } from "zod";
 import type { Need } from "../../plugin-spec.ts";
@@ -141,6 +142,8 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
   /** ttftSource latencyPredictor (with a load gate): the producer whose predicted TTFTs gate. */
   readonly #latency: DataKey<LatencyPredictions> | null;
   readonly #decision: DataKey<AffinityDecision>;
+  /** spreadHotPrefixes: the request's prefix keys, counted when it is picked. */
+  readonly #keys: DataKey<number[]>;
   /** Per-call scratch: which of the endpoints are sticky (index-aligned). */
   #isSticky = new Uint8Array(64);
   /** Decisions taken, by outcome (llm-d records the same as a metric). */
@@ -173,6 +176,7 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
     this.#inflight = gate && !predicted ? inflightKey(params.inFlightLoadProducerName as string) : null;
     this.#latency = gate && predicted ? latencyKey(params.latencyPredictionInfoProducerName as string) : null;
     this.#decision = dataKey(`prefix-cache-affinity/${name}`);
+    this.#keys = dataKey(`prefix-cache-affinity/${name}/keys`);
     const spread = params.spreadHotPrefixes;
     this.#rates = spread === undefined ? null : new PrefixRates(spread.windowSeconds);
   }
@@ -310,11 +314,11 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
   }
 
   /**
-   * spreadHotPrefixes: counts the request for its prefix at each power-of-two depth (in blocks) up
-   * to the part that makes endpoints sticky (hot-prefixes.ts). When, at the deepest of those, the
-   * requests sent to the prefix's holders exceed their fair shares by more than `margin` of one
-   * share, the endpoints that do not hold it that deep (the scorers then pick one, which becomes
-   * another home); else null.
+   * spreadHotPrefixes: names the request's prefix at each power-of-two depth (in blocks) up to the
+   * part that makes endpoints sticky (hot-prefixes.ts), to be counted when it is picked. When, at
+   * the deepest of those, the requests sent to the prefix's holders exceed their fair shares by more
+   * than `margin` of one share, the endpoints that do not hold it that deep (the scorers then pick
+   * one, which becomes another home); else null.
    */
   #spread(
     cycle: CycleState,
@@ -325,21 +329,24 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
     const now = cycle.now;
     const spread = this.params.spreadHotPrefixes as NonNullable<AffinityParams["spreadHotPrefixes"]>;
     const depth = Math.ceil(this.params.affinityThreshold * info.totalBlocks);
-    const share = rates.requests(now) / endpoints.length;
     // Counted at every depth, so a shorter prompt's deepest depth sees the longer ones sharing it;
     // judged only at the deepest, the prefix that makes the homes sticky: a shallower one (a system
     // prompt before a long conversation) may be hot while the rest of the prompt is only here.
-    let seen = 0;
-    let at = 0;
+    const keys: number[] = [];
     for (let d = 1; d <= depth; d *= 2) {
       const key = info.prefixKey?.(d);
       if (key === undefined) break;
-      seen = rates.countPrefix(key, now);
-      at = d;
+      keys.push(key);
     }
-    if (at === 0 || seen < spread.minRequests) return null;
-    // What the holders were sent: this prefix's requests and those of the prefixes homed beside
-    // it (at least the prefix's own, should an endpoint it went to have evicted it since).
+    if (keys.length === 0) return null;
+    cycle.set(this.#keys, keys);
+    const at = 2 ** (keys.length - 1);
+    const seen = rates.prefix(keys[keys.length - 1], now) + 1;
+    if (seen < spread.minRequests) return null;
+    const pool = rates.requests(now);
+    const share = pool / endpoints.length;
+    // What the holders were sent: this prefix's requests and those of the prefixes homed beside it
+    // (at least the prefix's own, should an endpoint it went to have evicted it since).
     let homes = 0;
     let sent = 0;
     const held = info.matches?.();
@@ -356,15 +363,22 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
           homes++;
           sent += rates.picks(e.id, now);
         }
+    // Another home only while the prefix's own requests would give each home, the new one
+    // included, at least `margin` of a share: what the holders were sent falls a window late after
+    // a new home (the prefix's requests move to it only as they come), and a prefix whose homes are
+    // busy with other prefixes' requests is not handed around the pool for it.
     if (Math.max(seen, sent) - homes * share <= spread.margin * share) return null;
+    if (seen < spread.margin * (homes + 1) * share) return null;
     const rest: EndpointState[] = [];
     for (const e of endpoints) if (info.matchBlocks(e.id) < at) rest.push(e);
     return rest.length > 0 ? rest : null;
   }
 
-  /** spreadHotPrefixes: counts the pick for its endpoint. */
-  preRequest(_cycle: CycleState, result: ScheduleResult, now: number): void {
-    if (this.#rates !== null && result.target !== null) this.#rates.countPick(result.target.id, now);
+  /** spreadHotPrefixes: counts the picked request for its endpoint and its prefix. */
+  preRequest(cycle: CycleState, result: ScheduleResult, now: number): void {
+    if (this.#rates === null || result.target === null) return;
+    this.#rates.countPick(result.target.id, now);
+    for (const key of cycle.get(this.#keys) ?? []) this.#rates.countPrefix(key, now);
   }
 
   /** releaseWhenSlotsFull: the pace at which the endpoint's responses end (seconds apart, smoothed). */
