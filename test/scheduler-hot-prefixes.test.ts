@@ -1,6 +1,6 @@
 // spreadHotPrefixes: the affinity filter gives a prefix more homes while the requests sent to its
-// holders exceed their fair shares of the pool's while its own requests give each home margin of a
-// share, and the decayed counts behind it (hot-prefixes.ts).
+// holders exceed their fair shares of the pool's and its own requests would give each home `margin`
+// of a share, and the decayed counts behind it (hot-prefixes.ts).
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import type { PrefixMatchInfo } from "../src/scheduler/plugins/data.ts";
