@@ -39,21 +39,12 @@ export class PrefixRates {
   countPick(endpointId: string, now: number): void {
     this.#decay(this.#all, now);
     this.#all.n += 1;
-    let d = this.#byEndpoint.get(endpointId);
-    if (d === undefined) {
-      d = { n: 0, at: now };
-      this.#byEndpoint.set(endpointId, d);
-    }
-    this.#decay(d, now);
-    d.n += 1;
+    this.#bump(this.#byEndpoint, endpointId, now);
   }
 
   /** The endpoint's decayed count of picks at `now`. */
   picks(endpointId: string, now: number): number {
-    const d = this.#byEndpoint.get(endpointId);
-    if (d === undefined) return 0;
-    this.#decay(d, now);
-    return d.n;
+    return this.#read(this.#byEndpoint, endpointId, now);
   }
 
   /** Forgets the endpoints that left the pool. */
@@ -63,23 +54,13 @@ export class PrefixRates {
 
   /** The prefix's decayed count of requests at `now` (0 if not tracked). */
   prefix(key: number, now: number): number {
-    const d = this.#byKey.get(key);
-    if (d === undefined) return 0;
-    this.#decay(d, now);
-    return d.n;
+    return this.#read(this.#byKey, key, now);
   }
 
   /** Counts one request of the prefix `key` at `now`; returns its decayed count. */
   countPrefix(key: number, now: number): number {
-    let d = this.#byKey.get(key);
-    if (d === undefined) {
-      if (this.#byKey.size >= this.#sweepAt) this.#sweep(now);
-      d = { n: 0, at: now };
-      this.#byKey.set(key, d);
-    }
-    this.#decay(d, now);
-    d.n += 1;
-    return d.n;
+    if (!this.#byKey.has(key) && this.#byKey.size >= this.#sweepAt) this.#sweep(now);
+    return this.#bump(this.#byKey, key, now);
   }
 
   /** The pool's decayed count of picks at `now`. */
@@ -91,6 +72,26 @@ export class PrefixRates {
   /** Prefixes currently tracked. */
   get size(): number {
     return this.#byKey.size;
+  }
+
+  /** Adds one to `key`'s decayed count in `m` (created at 0); returns the count. */
+  #bump<K>(m: Map<K, Decayed>, key: K, now: number): number {
+    let d = m.get(key);
+    if (d === undefined) {
+      d = { n: 0, at: now };
+      m.set(key, d);
+    }
+    this.#decay(d, now);
+    d.n += 1;
+    return d.n;
+  }
+
+  /** `key`'s decayed count in `m` at `now` (0 if absent). */
+  #read<K>(m: Map<K, Decayed>, key: K, now: number): number {
+    const d = m.get(key);
+    if (d === undefined) return 0;
+    this.#decay(d, now);
+    return d.n;
   }
 
   #decay(d: Decayed, now: number): void {

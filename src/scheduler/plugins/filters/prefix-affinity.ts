@@ -85,15 +85,15 @@ export const affinityParams = z
     learnPrefillThroughput: z.boolean().default(true),
     /** kvgate: count a sticky endpoint's wait for a sequence slot (module comment). */
     releaseWhenSlotsFull: z.boolean().default(false),
-    /** kvgate: give a prefix more homes while it brings more than its homes' fair shares (module comment). */
+    /** kvgate: give a prefix more homes while its holders are sent more than their fair shares (module comment). */
     spreadHotPrefixes: z
       .strictObject({
-        /** Hot while its requests exceed its homes' fair shares by more than this many endpoints' share. */
+        /** Hot while its holders are sent more than their fair shares by this many endpoints' share (and its own requests give each home this much of a share). */
         margin: z
           .number()
           .gt(
             0,
-            "must be above 0 (0.5: another home once a prefix brings half an endpoint's share more than its homes')",
+            "must be above 0 (0.5: another home once a prefix's holders are sent half an endpoint's share more than their shares)",
           )
           .default(0.5),
         /** Time constant of the decayed request counts, seconds. */
@@ -349,20 +349,15 @@ export class PrefixCacheAffinityFilter implements Filter, PreRequestHook {
     // (at least the prefix's own, should an endpoint it went to have evicted it since).
     let homes = 0;
     let sent = 0;
+    const holder = (id: string) => {
+      homes++;
+      sent += rates.picks(id, now);
+    };
     const held = info.matches?.();
     const positions = held !== undefined ? cycle.positions(endpoints) : null;
     if (held !== undefined && positions !== null) {
-      for (const [id, blocks] of held)
-        if (blocks >= at && positions.indexOf(id) >= 0) {
-          homes++;
-          sent += rates.picks(id, now);
-        }
-    } else
-      for (const e of endpoints)
-        if (info.matchBlocks(e.id) >= at) {
-          homes++;
-          sent += rates.picks(e.id, now);
-        }
+      for (const [id, blocks] of held) if (blocks >= at && positions.indexOf(id) >= 0) holder(id);
+    } else for (const e of endpoints) if (info.matchBlocks(e.id) >= at) holder(e.id);
     // Another home only while the prefix's own requests would give each home, the new one
     // included, at least `margin` of a share: what the holders were sent falls a window late after
     // a new home (the prefix's requests move to it only as they come), and a prefix whose homes are
