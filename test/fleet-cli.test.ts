@@ -131,6 +131,34 @@ workload:
     assert.equal((own.res.scenario as { router_seed?: number }).router_seed, undefined);
   });
 
+  it("--scale runs the shape on a fleet f times the size, and refuses a factor that splits a replica", async () => {
+    const file = join(dir, "scaled.yaml");
+    writeFileSync(
+      file,
+      `name: scaled
+seed: 5
+fleet: { replicas: 4, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
+routers:
+  - { name: rr, config: ${join(EXAMPLES, "round-robin.yaml")} }
+workload:
+  workload: shared-prefix
+  arrival: { type: stages, stages: [{ rate: 8, duration: 2, warmup: true }, { rate: 20, duration: 3 }] }
+  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 300, questionLen: 30, outputLen: 20 }
+`,
+    );
+    const out = join(dir, "scaled.json");
+    const r = await kvgate(["simulate", file, "--scale", "0.5", "--jobs", "2", "--json", out]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stderr, /scenario scaled: 2 × llama-3\.1-8b-h100.*\(scale ×0\.5\)/);
+    const res = parseResultsFile(readFileSync(out, "utf8"));
+    const sc = res.scenario as { scale?: number; fleet: { replicas: number } };
+    assert.deepEqual([sc.scale, sc.fleet.replicas], [0.5, 2]);
+    assert.equal(res.runs[0].requests, 30, "half of the 60 requests of the 20 QPS stage");
+    const bad = await kvgate(["simulate", file, "--scale", "0.3"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--scale 0\.3 gives 1\.2 replicas in pool 1 \(4\); pick a factor/);
+  });
+
   it("exits 2 with a message naming the field for a bad scenario", async () => {
     const file = join(dir, "bad.yaml");
     writeFileSync(file, "name: bad\nseed: 1\nfleet: { replicas: 2, profile: llama-3.1-8b-h100, gpus: 4 }\n");

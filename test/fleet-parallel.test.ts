@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { formatSaturatedStages } from "../src/sim/fleet/format.ts";
+import { scaleScenario } from "../src/sim/fleet/scale.ts";
 import { loadScenario } from "../src/sim/fleet/scenario.ts";
 import { simulate, stripWallClock } from "../src/sim/fleet/simulate.ts";
 
@@ -51,4 +52,18 @@ test("every run on the scenario's fleet carries the scenario's limits, whichever
   assert.equal(par.runs.length, 6);
   for (const r of par.runs) assert.equal(r.limits, par.limits, `${r.router}'s limits are the scenario's`);
   assert.doesNotMatch(formatSaturatedStages(par), /own fleet/);
+});
+
+test("a scale factor reaches the workers: a fleet twice the size, the same in a thread or a worker", async () => {
+  const file = fileURLToPath(new URL("../scenarios/multi-turn.yaml", import.meta.url));
+  const routers = ["round-robin"];
+  const sc = scaleScenario(loadScenario(file), 2);
+  const seq = await simulate(sc, { quick: true, routers, jobs: 1 });
+  const par = await simulate(sc, { quick: true, routers, jobs: 2 });
+  assert.deepEqual(stripWallClock(par), stripWallClock(seq));
+  const scenario = par.scenario as { scale?: number; fleet: { replicas: number } };
+  assert.equal(scenario.fleet.replicas, 16);
+  assert.equal(scenario.scale, 2);
+  const plain = await simulate(loadScenario(file), { quick: true, routers, jobs: 1 });
+  assert.ok(par.runs[0].requests > 1.8 * plain.runs[0].requests, "twice the sessions arrive");
 });

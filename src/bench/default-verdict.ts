@@ -1,7 +1,8 @@
 /**
  * bench:default-verdict — issue 9's "the default never loses", checked the way a user would: every
- * shipped traffic-shape scenario, at several seeds (other draws of the same shape) and optionally at a
- * tenth of its size (`--quick`), simulated with all its routers by `kvgate simulate`. Per run, the
+ * shipped traffic-shape scenario, at several seeds (other draws of the same shape), optionally at a
+ * tenth of its size (`--quick`) and on fleets of other sizes at proportional load (`--scales 0.5,2`,
+ * `kvgate simulate --scale`), simulated with all its routers by `kvgate simulate`. Per run, the
  * default config against the best other router on each figure separately — output tokens/s within 2%,
  * TTFT p90 and p99 no more than 10% worse — over the whole run and in every measured (non-warm-up)
  * stage, printed as PASS/MISS with the figure that missed. Simulated figures; deterministic for a seed.
@@ -27,7 +28,7 @@
  * default's.
  *
  *   npm run bench:default-verdict -- [--scenarios mixed-length,multi-turn] [--seeds 42,7,3] [--quick]
- *     [--draws 1] [--jobs 2] [--candidate default] [--json FILE]
+ *     [--scales 1] [--draws 1] [--jobs 2] [--candidate default] [--json FILE]
  */
 import { execFile } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -54,10 +55,12 @@ const SCENARIOS = [
 /** Issue 9's margins: throughput within 2% of the best other router, TTFT p90/p99 at most 10% worse. */
 const THROUGHPUT_MARGIN = 0.02;
 const TTFT_MARGIN = 0.1;
-const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seeds 42,7,3] [--quick] [--draws N] [--jobs N] [--candidate NAME] [--json FILE]
+const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seeds 42,7,3] [--quick] [--scales 1] [--draws N] [--jobs N] [--candidate NAME] [--json FILE]
   --scenarios  scenario names under scenarios/ (default ${SCENARIOS.join(",")})
   --seeds      seeds to run each scenario at (default 42,7,3)
   --quick      each workload at a tenth of its size (another size of the same shape)
+  --scales     fleet sizes to run each scenario at, as factors of its own (kvgate simulate
+               --scale: replicas, arrival rates and shared prompt pools × f; default 1)
   --draws      runs per scenario and seed, the routers' random draws seeded apart; each router
                judged by its median output tokens/s and its TTFT percentiles over every draw's
                requests together (default 1)
@@ -266,10 +269,11 @@ async function simulate(
   seed: number,
   routerSeed: number,
   quick: boolean,
+  scale: number,
   jobs: number,
   dir: string,
 ) {
-  const out = join(dir, `${scenario}-${seed}-r${routerSeed}${quick ? "-quick" : ""}.json`);
+  const out = join(dir, `${scenario}-${seed}-r${routerSeed}${quick ? "-quick" : ""}-x${scale}.json`);
   const records = out.replace(/\.json$/, ".jsonl");
   const args = [
     join(ROOT, "bin/kvgate"),
@@ -286,6 +290,7 @@ async function simulate(
     "--records",
     records,
     ...(quick ? ["--quick"] : []),
+    ...(scale !== 1 ? ["--scale", String(scale)] : []),
   ];
   const t0 = performance.now();
   await run(process.execPath, args, { maxBuffer: 64 * 1024 * 1024 });
@@ -315,6 +320,7 @@ async function main(): Promise<void> {
     options: {
       scenarios: { type: "string", default: SCENARIOS.join(",") },
       seeds: { type: "string", default: "42,7,3" },
+      scales: { type: "string", default: "1" },
       quick: { type: "boolean", default: false },
       draws: { type: "string", default: "1" },
       jobs: { type: "string", default: "2" },
@@ -331,6 +337,9 @@ async function main(): Promise<void> {
   const seeds = (a.seeds ?? "").split(",").map(Number);
   if (seeds.some((s) => !Number.isInteger(s) || s < 0))
     throw new Error(`--seeds must be non-negative integers separated by commas, got ${a.seeds}\n${USAGE}`);
+  const scales = (a.scales ?? "").split(",").map(Number);
+  if (scales.length === 0 || scales.some((f) => !Number.isFinite(f) || f <= 0))
+    throw new Error(`--scales must be numbers above 0 separated by commas, got ${a.scales}\n${USAGE}`);
   const jobs = Number(a.jobs);
   if (!Number.isInteger(jobs) || jobs < 1)
     throw new Error(`--jobs must be a positive integer, got ${a.jobs}`);
@@ -346,6 +355,7 @@ async function main(): Promise<void> {
     scenario: string;
     seed: number;
     quick: boolean;
+    scale: number;
     routerSeeds: number[];
     wallS: number;
     checks: Check[];
@@ -354,33 +364,35 @@ async function main(): Promise<void> {
   const rows: string[][] = [];
   try {
     for (const scenario of scenarios)
-      for (const seed of seeds) {
-        const routerSeeds = Array.from({ length: draws }, (_, k) => seed + k);
-        const all: RunJson[][] = [];
-        const pool = new TtftPool();
-        let wall = 0;
-        for (const rs of routerSeeds) {
-          const label = draws > 1 ? ` router seed ${rs}` : "";
-          process.stderr.write(`[${scenario} seed ${seed}${label}${quick ? " quick" : ""}] simulating…\n`);
-          const res = await simulate(scenario, seed, rs, quick, jobs, dir);
-          all.push(res.runs);
-          pool.add(res.rows);
-          wall += res.wall;
+      for (const scale of scales)
+        for (const seed of seeds) {
+          const routerSeeds = Array.from({ length: draws }, (_, k) => seed + k);
+          const all: RunJson[][] = [];
+          const pool = new TtftPool();
+          let wall = 0;
+          for (const rs of routerSeeds) {
+            const label = draws > 1 ? ` router seed ${rs}` : "";
+            const at = `${scale !== 1 ? ` ×${scale}` : ""} seed ${seed}${label}${quick ? " quick" : ""}`;
+            process.stderr.write(`[${scenario}${at}] simulating…\n`);
+            const res = await simulate(scenario, seed, rs, quick, scale, jobs, dir);
+            all.push(res.runs);
+            pool.add(res.rows);
+            wall += res.wall;
+          }
+          const pooled = pool.apply(medianRuns(all));
+          const checks = verdict(pooled, candidate);
+          const others = controls(pooled, candidate);
+          results.push({ scenario, seed, quick, scale, routerSeeds, wallS: wall, checks, controls: others });
+          const misses = checks.filter((c) => !c.pass);
+          const run = checks.filter((c) => c.scope === "run");
+          rows.push([
+            scale !== 1 ? `${scenario} ×${scale}` : scenario,
+            String(seed),
+            ...run.map((c) => `${fmt(c)} (${pct(c.worse)} vs ${c.bestRouter})`),
+            misses.length === 0 ? "PASS" : `MISS: ${misses.map(missText).join("; ")}`,
+            others.map(controlCell).join("; "),
+          ]);
         }
-        const pooled = pool.apply(medianRuns(all));
-        const checks = verdict(pooled, candidate);
-        const others = controls(pooled, candidate);
-        results.push({ scenario, seed, quick, routerSeeds, wallS: wall, checks, controls: others });
-        const misses = checks.filter((c) => !c.pass);
-        const run = checks.filter((c) => c.scope === "run");
-        rows.push([
-          scenario,
-          String(seed),
-          ...run.map((c) => `${fmt(c)} (${pct(c.worse)} vs ${c.bestRouter})`),
-          misses.length === 0 ? "PASS" : `MISS: ${misses.map(missText).join("; ")}`,
-          others.map(controlCell).join("; "),
-        ]);
-      }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -16,6 +16,14 @@ export const positive = (v: string): number => {
   return n;
 };
 
+/** A number above 0, fractions allowed ("0.5", "2"). */
+export const positiveNumber = (v: string): number => {
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isFinite(n) || n <= 0)
+    throw new InvalidArgumentError("must be a number above 0.");
+  return n;
+};
+
 export const port = (v: string): number => {
   const n = integer(v);
   if (n < 0 || n > 65535) throw new InvalidArgumentError("must be in [0, 65535] (0 = any free port).");

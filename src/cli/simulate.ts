@@ -21,9 +21,10 @@ import {
 } from "../sim/fleet/format.ts";
 import { formatLocality } from "../sim/fleet/format-locality.ts";
 import { formatFleetComparison, wantsFleetComparison } from "../sim/fleet/format-pd.ts";
+import { scaleScenario } from "../sim/fleet/scale.ts";
 import { loadScenario, type Scenario, ScenarioError } from "../sim/fleet/scenario.ts";
 import { simulate } from "../sim/fleet/simulate.ts";
-import { nonNegative, positive } from "./flag-values.ts";
+import { nonNegative, positive, positiveNumber } from "./flag-values.ts";
 import { simulateAutoscale } from "./simulate-autoscale.ts";
 
 /** An autoscaling scenario (it has an `autoscale` section): run by simulate-autoscale.ts. */
@@ -43,6 +44,7 @@ interface Flags {
   quick?: boolean;
   seed?: number;
   routerSeed?: number;
+  scale?: number;
 }
 
 const list = (v: string): string[] =>
@@ -59,6 +61,10 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     return fail(
       "--router-seed is not supported for autoscaling scenarios yet: their router is seeded by seed: in the file; drop the flag",
     );
+  if (isAutoscaleFile(file) && f.scale !== undefined)
+    return fail(
+      "--scale is not supported for autoscaling scenarios: their fleet grows and shrinks by policy; change the load in the file instead",
+    );
   if (isAutoscaleFile(file) && f.records !== undefined)
     return fail(
       "--records is not supported for autoscaling scenarios yet: their runs are per policy, not per router; drop the flag",
@@ -69,14 +75,15 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
     );
   let sc: Scenario;
   try {
-    sc = loadScenario(file, { seed: f.seed, routerSeed: f.routerSeed });
+    sc = scaleScenario(loadScenario(file, { seed: f.seed, routerSeed: f.routerSeed }), f.scale ?? 1);
   } catch (e) {
     if (e instanceof ScenarioError) return fail(e.message);
     throw e;
   }
   console.error(
     `scenario ${sc.name}: ${sc.fleet.replicas} × ${sc.fleet.profile.name}, ${sc.kvTokens} KV tokens each; ` +
-      `workload ${sc.workload.preset ?? sc.workload.workload}${f.quick ? " (quick: a tenth)" : ""}; seed ${sc.seed}` +
+      `workload ${sc.workload.preset ?? sc.workload.workload}${f.quick ? " (quick: a tenth)" : ""}` +
+      `${sc.scale !== undefined ? ` (scale ×${sc.scale})` : ""}; seed ${sc.seed}` +
       (sc.routerSeed !== undefined ? `, router seed ${sc.routerSeed}` : ""),
   );
   let res: Awaited<ReturnType<typeof simulate>>;
@@ -147,6 +154,11 @@ export function registerSimulate(program: Command): Command {
       "--router-seed <n>",
       "seed the routers' random draws (tie-breaks, random picks) apart from --seed: the same traffic with other placements",
       nonNegative,
+    )
+    .option(
+      "--scale <f>",
+      "the same traffic shape on a fleet f times the size: replicas, arrival rates, request counts and the workload's shared prompt pools × f (0.5, 2, …)",
+      positiveNumber,
     )
     .option(
       "--jobs <n>",

@@ -19,6 +19,8 @@ export interface WorkerRequest {
   seed?: number;
   /** The routers' seed set apart (kvgate simulate --router-seed). */
   routerSeed?: number;
+  /** The fleet and its load multiplied (kvgate simulate --scale; 1: as written). */
+  scale: number;
   /** Also send back the workload's spec and limits (computed before the router runs). */
   limits: boolean;
   /** Send back the run's per-request rows too. */
@@ -73,6 +75,7 @@ export async function runRoutersInWorkers(
             quick: o.quick,
             seed: o.seed,
             routerSeed: o.routerSeed,
+            scale: sc.scale ?? 1,
             limits: first,
             records: o.records === true,
           } satisfies WorkerRequest);

@@ -6,15 +6,19 @@ import { parentPort } from "node:worker_threads";
 import { computeLimits } from "./limits.ts";
 import type { WorkerReply, WorkerRequest, WorkloadFacts } from "./parallel.ts";
 import { PromptTokenizer } from "./prompt-tokens.ts";
+import { scaleScenario } from "./scale.ts";
 import { loadScenario, type Scenario } from "./scenario.ts";
 import { limitsFleet, type RouterContext, runRouter, scenarioWorkload } from "./simulate.ts";
 
 let cached: { key: string; sc: Scenario; ctx: RouterContext } | null = null;
 
 function context(req: WorkerRequest): { sc: Scenario; ctx: RouterContext } {
-  const key = `${req.file}\n${req.quick}\n${req.seed}\n${req.routerSeed}`;
+  const key = `${req.file}\n${req.quick}\n${req.seed}\n${req.routerSeed}\n${req.scale}`;
   if (cached?.key !== key) {
-    const sc = loadScenario(req.file, { seed: req.seed, routerSeed: req.routerSeed });
+    const sc = scaleScenario(
+      loadScenario(req.file, { seed: req.seed, routerSeed: req.routerSeed }),
+      req.scale,
+    );
     const { spec, workload } = scenarioWorkload(sc, req.quick);
     const tokenizer = new PromptTokenizer();
     cached = {

@@ -160,6 +160,8 @@ export interface Scenario {
   seed: number;
   /** The routers' seed when set apart from `seed` (ScenarioOverrides.routerSeed); else `seed`. */
   routerSeed?: number;
+  /** The factor its fleet and load were multiplied by (scale.ts, kvgate simulate --scale), when not 1. */
+  scale?: number;
   /** The scenario file, or "(inline)". */
   origin: string;
   /** The scenario's fleet: its first pool (the whole fleet when it has one pool). */

@@ -157,6 +157,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
       seed: sc.seed,
       ...(sc.routerSeed !== undefined ? { router_seed: sc.routerSeed } : {}),
       quick: opts.quick === true,
+      ...(sc.scale !== undefined ? { scale: sc.scale } : {}),
       fleet: {
         replicas: sc.fleet.replicas,
         profile: sc.fleet.profile.name,
