@@ -35,6 +35,12 @@ test("each figure is judged against the router best on that figure, at the 2% an
   assert.equal(out.bestRouter, "fast");
   assert.ok(out.pass, "2.0% below the best is within the margin");
   assert.ok(Math.abs(out.worse - 0.02) < 1e-12);
+  assert.deepEqual(
+    out.ttftP90,
+    { value: 1.1, best: 5 },
+    "beside throughput, the best router's TTFT p90 there",
+  );
+  assert.equal(p90.ttftP90, undefined);
   assert.equal(p90.bestRouter, "snappy");
   assert.ok(p90.pass, "10% above the best p90 is within the margin");
   assert.equal(p99.bestRouter, "snappy");

@@ -83,6 +83,12 @@ export interface Check {
   /** Signed: positive = the default is worse by this fraction. */
   worse: number;
   pass: boolean;
+  /**
+   * Throughput checks only: TTFT p90 in the same scope, the default's and the best router's. A
+   * router that fell behind in the stage before drains its backlog into this stage's window, which
+   * shows as throughput here and as a TTFT p90 far above the default's.
+   */
+  ttftP90?: { value: number; best: number };
 }
 
 export interface RunJson {
@@ -120,6 +126,7 @@ export function compare(scope: string, mine: Figures, others: [string, Figures][
     bestRouter: outR,
     worse: outB.out > 0 ? (outB.out - mine.out) / outB.out : 0,
     pass: mine.out >= outB.out * (1 - THROUGHPUT_MARGIN),
+    ttftP90: { value: mine.p90, best: outB.p90 },
   };
   const latency = (key: "p90" | "p99", metric: Check["metric"]): Check => {
     const [r, b] = best(key, false);
@@ -303,9 +310,12 @@ async function simulate(
 }
 
 const pct = (x: number) => `${x >= 0 ? "+" : ""}${(x * 100).toFixed(1)}%`;
-/** One missed figure, as the table says it. */
-const missText = (m: Control["misses"][number]) =>
-  `${m.scope} ${m.metric} ${pct(m.worse)} vs ${m.bestRouter}`;
+/** One missed figure, as the table says it (a throughput miss with both routers' TTFT p90 there). */
+const missText = (m: Control["misses"][number] & Pick<Check, "ttftP90">) =>
+  `${m.scope} ${m.metric} ${pct(m.worse)} vs ${m.bestRouter}` +
+  (m.ttftP90 !== undefined
+    ? ` (${m.bestRouter}'s TTFT p90 there ${m.ttftP90.best.toFixed(3)} s against ${m.ttftP90.value.toFixed(3)} s)`
+    : "");
 /** One control in a table cell: PASS, its misses when there are one or two, else how many. */
 const controlCell = (c: Control) => {
   if (c.pass) return `${c.router} PASS`;
