@@ -5,7 +5,9 @@
  * (shared-prefix numGroups), documents (mixed-length documentPool) and shared system prompts
  * (multi-turn sharedSystemPrompts). A pool of one stays one, because one prompt everyone shares is
  * the shape itself (one-system-prompt, popular-prompt's popular stream). Per-replica figures (KV,
- * slots, the engine) and lengths are unchanged, so each replica sees the load it saw before.
+ * slots, the engine) and lengths are unchanged, so each replica sees the load it saw before. Router
+ * configs are read as written: an absolute figure in one (a flow-control queue's capacity, say)
+ * stays what it was. Not for regions (each region's replicas and traffic are its own) or traces.
  */
 
 import type { ArrivalSpec } from "../../bench/workloads/arrivals.ts";
