@@ -27,6 +27,24 @@ async function kvgate(args: string[]): Promise<{ code: number; stdout: string; s
   }
 }
 
+/** A scenario file of four small replicas, one router (an example config) and a shared-prefix workload. */
+function fourReplicas(name: string, router: { name: string; config: string }, workload: string): string {
+  const file = join(dir, `${name}.yaml`);
+  writeFileSync(
+    file,
+    `name: ${name}
+seed: 5
+fleet: { replicas: 4, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
+routers:
+  - { name: ${router.name}, config: ${join(EXAMPLES, router.config)} }
+workload:
+  workload: shared-prefix
+${workload}
+`,
+  );
+  return file;
+}
+
 describe("kvgate simulate", () => {
   it("prints a section per router, the comparison and the limits, and writes the results JSON", async () => {
     const file = join(dir, "small.yaml");
@@ -88,20 +106,12 @@ workload:
   });
 
   it("--router-seed redraws the routers' random choices over the same traffic", async () => {
-    const file = join(dir, "draws.yaml");
-    writeFileSync(
-      file,
-      `name: draws
-seed: 5
-fleet: { replicas: 4, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
-routers:
-  - { name: random, config: ${join(EXAMPLES, "random.yaml")} }
-workload:
-  workload: shared-prefix
-  numRequests: 120
+    const file = fourReplicas(
+      "draws",
+      { name: "random", config: "random.yaml" },
+      `  numRequests: 120
   arrival: { type: stages, stages: [{ rate: 10, duration: 2, warmup: true }, { rate: 30, duration: 3 }], barrier: true, interval: 1 }
-  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 600, questionLen: 30, outputLen: 40 }
-`,
+  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 600, questionLen: 30, outputLen: 40 }`,
     );
     let runs = 0;
     const sim = async (extra: string[]) => {
@@ -132,19 +142,11 @@ workload:
   });
 
   it("--scale runs the shape on a fleet f times the size, and refuses a factor that splits a replica", async () => {
-    const file = join(dir, "scaled.yaml");
-    writeFileSync(
-      file,
-      `name: scaled
-seed: 5
-fleet: { replicas: 4, profile: llama-3.1-8b-h100, kvTokens: 40000, maxModelLen: 8192 }
-routers:
-  - { name: rr, config: ${join(EXAMPLES, "round-robin.yaml")} }
-workload:
-  workload: shared-prefix
-  arrival: { type: stages, stages: [{ rate: 8, duration: 2, warmup: true }, { rate: 20, duration: 3 }] }
-  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 300, questionLen: 30, outputLen: 20 }
-`,
+    const file = fourReplicas(
+      "scaled",
+      { name: "rr", config: "round-robin.yaml" },
+      `  arrival: { type: stages, stages: [{ rate: 8, duration: 2, warmup: true }, { rate: 20, duration: 3 }] }
+  options: { numGroups: 6, promptsPerGroup: 2, systemPromptLen: 300, questionLen: 30, outputLen: 20 }`,
     );
     const out = join(dir, "scaled.json");
     const r = await kvgate(["simulate", file, "--scale", "0.5", "--jobs", "2", "--json", out]);
