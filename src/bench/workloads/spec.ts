@@ -236,7 +236,7 @@ export function resolveWorkloadSpec(input: unknown): WorkloadSpec {
  * A mix's streams as resolved specs (each checked as a workload of its own; a stream without a seed
  * gets the mix's seed + its index + 1, so streams never share text). Throws WorkloadSpecError.
  */
-function mixStreams(o: MixOptions, seed: number): WorkloadSpec[] {
+export function mixStreams(o: MixOptions, seed: number): WorkloadSpec[] {
   const specs = o.streams.map((s, i) => {
     const input = streamSpec(s);
     if (input["workload"] === "trace")

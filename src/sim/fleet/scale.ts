@@ -11,7 +11,8 @@
  */
 
 import type { ArrivalSpec } from "../../bench/workloads/arrivals.ts";
-import { resolveWorkloadSpec, type WorkloadSpec } from "../../bench/workloads/spec.ts";
+import { type MixOptions, streamSpec } from "../../bench/workloads/mix.ts";
+import { mixStreams, type WorkloadSpec } from "../../bench/workloads/spec.ts";
 import type { FleetConfig } from "./replica.ts";
 import { type Scenario, ScenarioError } from "./scenario.ts";
 
@@ -52,13 +53,13 @@ function scaleSpec(spec: WorkloadSpec, f: number, where: string): WorkloadSpec {
     );
   let options = scaleOptions(spec.workload, spec.options, f);
   if (spec.workload === "mix") {
-    const streams = (spec.options["streams"] as Record<string, unknown>[]).map((s, i) => {
-      const { name, tenant, objective, sloTtftMs, sloTpotMs, start, ...input } = s;
-      // Resolved first (the mix's own seeding: seed + index + 1), so defaults are scaled too.
-      const own = scaleSpec(resolveWorkloadSpec({ seed: spec.seed + i + 1, ...input }), f, where);
-      const tags = { name, tenant, objective, sloTtftMs, sloTpotMs, start };
-      const kept = Object.fromEntries(Object.entries(tags).filter(([, v]) => v !== undefined));
-      return { ...kept, ...own };
+    // Each stream resolved as the mix resolves it (its seed and defaults filled), then scaled, beside its tags.
+    const mix = spec.options as MixOptions;
+    const own = mixStreams(mix, spec.seed);
+    const streams = mix.streams.map((s, i) => {
+      const input = streamSpec(s);
+      const tags = Object.fromEntries(Object.entries(s).filter(([k]) => !(k in input)));
+      return { ...tags, ...scaleSpec(own[i], f, where) };
     });
     options = { ...options, streams };
   }
