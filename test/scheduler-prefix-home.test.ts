@@ -4,7 +4,8 @@
  * the instantaneous load, once prompts are seen to be reused; short prompts, requests with a home
  * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
  * config's), an endpoint decoding past that multiple of the mean founds nothing; with
- * kvUsageTieBreak (the default config's), the fewest-homed are ranked by scraped KV use.
+ * kvUsageTieBreak (the default config's), the fewest-homed are ranked by scraped KV use, and with
+ * skipPrefilling (the default config's) one still prefilling a cold prompt ranks below the others.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -118,6 +119,70 @@ describe("prefix-home-balance-scorer", () => {
     pick(s, 32, eps[1]);
     const four = [...eps, endpoint("d:1")];
     assert.deepEqual(withKv([0, 0, 0.9, 0.1], four), [0, 0.25, 0.5, 1]);
+  });
+
+  it("with skipPrefilling, a tied endpoint still prefilling a cold prompt's worth steps back while another is not", () => {
+    const s = mk({ kvUsageTieBreak: 0.5, skipPrefilling: true, inFlightLoadProducerName: "i" });
+    pick(s, 32, eps[0]);
+    pick(s, 32, eps[0], { "a:1": 32 });
+    // Homes 1, 0, 0: b and c tie. b uses the least KV (it just founded a prompt) but is prefilling it.
+    const at = (tokens: Record<string, number>, kv: number[]) => {
+      const e = eps.map((x, i) => endpoint(x.id, { kvCacheUsagePercent: kv[i] }));
+      const x = cycleFor(completion("r", "p"), e);
+      x.set(prefixKey("p"), prefixInfo(32, 64, {}));
+      const info: InFlightInfo = {
+        requests: () => 0,
+        tokens: (id) => tokens[id] ?? 0,
+        uncachedRequestTokens: () => 0,
+      };
+      x.set(inflightKey("i"), info);
+      return Array.from(s.score(x, e));
+    };
+    assert.deepEqual(at({ "b:1": 4000 }, [0, 0.1, 0.5]), [0, 0.5, 1], "c founds, not b");
+    // Below minPromptTokens (1,024) of prefill queued, b is not held back: KV use decides.
+    assert.deepEqual(at({ "b:1": 1000 }, [0, 0.1, 0.5]), [0, 1, 0.5]);
+    // Every tied endpoint prefilling: KV use decides among them, as without the option.
+    assert.deepEqual(at({ "b:1": 4000, "c:1": 2000 }, [0, 0.1, 0.5]), [0, 1, 0.5]);
+  });
+
+  it("the default config does not found a new prompt where the prompt founded a moment ago is still prefilling", async () => {
+    const text = readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
+    const run = async (cfg: string) => {
+      const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
+      const long = (g: number) => `group ${g} `.repeat(2000);
+      const send = (id: string, text: string, cands: EndpointState[], now: number) => {
+        const req = completion(id, text);
+        const r = s.schedule(req, cands, now);
+        s.onPicked(req, r, now);
+        return { req, target: r.target?.id as string };
+      };
+      const [x, y, z] = [endpoint("x:1"), endpoint("y:1"), endpoint("z:1")];
+      // Groups 1 and 2 home on x and y and are asked again (reuse seen); the second requests are
+      // decoding, so every endpoint has one prompt's context in flight.
+      for (const [id, g, e, ends] of [
+        ["g1", 1, x, true],
+        ["g1b", 1, x, false],
+        ["g2", 2, y, true],
+        ["g2b", 2, y, false],
+      ] as const) {
+        const { req, target } = send(id, long(g), [e], 0);
+        s.onResponseStarted(req, target, 0.005);
+        if (ends) s.onResponseComplete(req, target, 0.01);
+      }
+      // Group 3 is founded on z and has no first token yet: z is prefilling its ~4,000 tokens.
+      send("g3", long(3), [z], 0.02);
+      // Every endpoint homes one group; z's last scrape shows the least KV use (its one request).
+      const cands = [
+        endpoint("x:1", { kvCacheUsagePercent: 0.3 }),
+        endpoint("y:1", { kvCacheUsagePercent: 0.32 }),
+        endpoint("z:1", { kvCacheUsagePercent: 0.05 }),
+      ];
+      return send("g4", long(4), cands, 0.03).target;
+    };
+    assert.equal(await run(text), "x:1", "the idle endpoint using the least KV founds it");
+    const without = text.replace(/\n\s*skipPrefilling: true/, "");
+    assert.notEqual(without, text);
+    assert.equal(await run(without), "z:1", "without it the least KV use decides, prefilling or not");
   });
 
   it("the default config founds a new prefix on the fewest-homed endpoint using the least KV, against its load scorers", async () => {
