@@ -19,6 +19,21 @@ import type { EndpointState } from "../src/scheduler/types.ts";
 
 const eps = [endpoint("a:1"), endpoint("b:1"), endpoint("c:1")];
 
+const defaultConfig = () => readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
+/** A ~4,000-token prompt of its own per group. */
+const long = (g: number) => `group ${g} `.repeat(2000);
+/** A scheduler from `cfg` and a send(): schedule a completion and pick its target, as the gateway does. */
+async function sender(cfg: string) {
+  const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
+  const send = (id: string, text: string, cands: EndpointState[], now: number) => {
+    const req = completion(id, text);
+    const r = s.schedule(req, cands, now);
+    s.onPicked(req, r, now);
+    return { req, target: r.target?.id as string };
+  };
+  return { s, send };
+}
+
 describe("prefix-home-balance-scorer", () => {
   const mk = (p: Record<string, unknown> = {}) =>
     new PrefixHomeBalanceScorer("h", prefixHomeParams.parse({ prefixMatchInfoProducerName: "p", ...p }));
@@ -146,16 +161,9 @@ describe("prefix-home-balance-scorer", () => {
   });
 
   it("the default config does not found a new prompt where the prompt founded a moment ago is still prefilling", async () => {
-    const text = readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
+    const text = defaultConfig();
     const run = async (cfg: string) => {
-      const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
-      const long = (g: number) => `group ${g} `.repeat(2000);
-      const send = (id: string, text: string, cands: EndpointState[], now: number) => {
-        const req = completion(id, text);
-        const r = s.schedule(req, cands, now);
-        s.onPicked(req, r, now);
-        return { req, target: r.target?.id as string };
-      };
+      const { s, send } = await sender(cfg);
       const [x, y, z] = [endpoint("x:1"), endpoint("y:1"), endpoint("z:1")];
       // Groups 1 and 2 home on x and y and are asked again (reuse seen); the second requests are
       // decoding, so every endpoint has one prompt's context in flight.
@@ -186,16 +194,9 @@ describe("prefix-home-balance-scorer", () => {
   });
 
   it("the default config founds a new prefix on the fewest-homed endpoint using the least KV, against its load scorers", async () => {
-    const text = readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
+    const text = defaultConfig();
     const run = async (cfg: string) => {
-      const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
-      const long = (g: number) => `group ${g} `.repeat(2000);
-      const send = (id: string, text: string, cands: EndpointState[], now: number) => {
-        const req = completion(id, text);
-        const r = s.schedule(req, cands, now);
-        s.onPicked(req, r, now);
-        return r.target?.id;
-      };
+      const { send } = await sender(cfg);
       const [x, z] = [endpoint("x:1"), endpoint("z:1")];
       // Group 1 homes on z and is asked again there (reuse seen); x and y home nothing.
       send("g1", long(1), [z], 0);
@@ -210,7 +211,7 @@ describe("prefix-home-balance-scorer", () => {
         endpoint("y:1", { kvCacheUsagePercent: 0.32 }),
         endpoint("z:1", { kvCacheUsagePercent: 0.1 }),
       ];
-      return send("g2", long(2), cands, 0.05);
+      return send("g2", long(2), cands, 0.05).target;
     };
     assert.equal(await run(text), "x:1", "the tie goes to the lower KV use");
     const without = text.replace(/\n\s*kvUsageTieBreak: [0-9.]+/, "");
