@@ -158,6 +158,8 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(at({ "b:1": 1000 }, [0, 0.1, 0.5]), [0, 1, 0.5]);
     // Every tied endpoint prefilling: KV use decides among them, as without the option.
     assert.deepEqual(at({ "b:1": 4000, "c:1": 2000 }, [0, 0.1, 0.5]), [0, 1, 0.5]);
+    // Without a KV tie-break there is no tie for it to reorder: refused, saying what to set.
+    assert.throws(() => mk({ skipPrefilling: true }), /set kvUsageTieBreak above 0/);
   });
 
   it("the default config does not found a new prompt where the prompt founded a moment ago is still prefilling", async () => {
@@ -214,7 +216,9 @@ describe("prefix-home-balance-scorer", () => {
       return send("g2", long(2), cands, 0.05).target;
     };
     assert.equal(await run(text), "x:1", "the tie goes to the lower KV use");
-    const without = text.replace(/\n\s*kvUsageTieBreak: [0-9.]+/, "");
+    const without = text
+      .replace(/\n\s*kvUsageTieBreak: [0-9.]+/, "")
+      .replace(/\n\s*skipPrefilling: true/, "");
     assert.notEqual(without, text);
     assert.equal(await run(without), "y:1", "without it the in-flight load decides");
   });

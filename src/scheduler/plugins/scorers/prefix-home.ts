@@ -78,28 +78,33 @@ import type { InFlightInfo, PrefixMatchInfo } from "../data.ts";
 import { inflightKey, need, prefixKey } from "../data.ts";
 import { PREFILL_PROFILE } from "../prefix/producer.ts";
 
-export const prefixHomeParams = z.strictObject({
-  minPromptTokens: z.number().int().nonnegative().default(1024),
-  reuseWindow: z.number().int().positive().default(64),
-  prefixMatchInfoProducerName: z.string().min(1).optional(),
-  /** Unset: homes alone. Else an endpoint with more than this × the candidates' mean decode load founds nothing. */
-  maxDecodeLoadRatio: z.number().gt(1).optional(),
-  /** Decode load per in-flight request beyond its prompt, in context tokens (decode-load-scorer's default). */
-  requestTokens: z.number().int().nonnegative().default(256),
-  inFlightLoadProducerName: z.string().min(1).optional(),
-  /**
-   * 0: the fewest-homed all score 1 and the other scorers break the tie. Else, among them, the one
-   * with the highest scraped KV use scores this much less (min-max), and every other endpoint's
-   * score is scaled by 1 − this, so a home more still loses.
-   */
-  kvUsageTieBreak: z.number().min(0).lt(1).default(0),
-  /**
-   * Among the fewest-homed, one still prefilling at least minPromptTokens uncached prompt tokens of
-   * this gateway's requests scores as the tie's highest KV use while a tied endpoint is not
-   * prefilling (needs kvUsageTieBreak > 0 and an inflight-load producer).
-   */
-  skipPrefilling: z.boolean().default(false),
-});
+export const prefixHomeParams = z
+  .strictObject({
+    minPromptTokens: z.number().int().nonnegative().default(1024),
+    reuseWindow: z.number().int().positive().default(64),
+    prefixMatchInfoProducerName: z.string().min(1).optional(),
+    /** Unset: homes alone. Else an endpoint with more than this × the candidates' mean decode load founds nothing. */
+    maxDecodeLoadRatio: z.number().gt(1).optional(),
+    /** Decode load per in-flight request beyond its prompt, in context tokens (decode-load-scorer's default). */
+    requestTokens: z.number().int().nonnegative().default(256),
+    inFlightLoadProducerName: z.string().min(1).optional(),
+    /**
+     * 0: the fewest-homed all score 1 and the other scorers break the tie. Else, among them, the one
+     * with the highest scraped KV use scores this much less (min-max), and every other endpoint's
+     * score is scaled by 1 − this, so a home more still loses.
+     */
+    kvUsageTieBreak: z.number().min(0).lt(1).default(0),
+    /**
+     * Among the fewest-homed, one still prefilling at least minPromptTokens uncached prompt tokens of
+     * this gateway's requests scores as the tie's highest KV use while a tied endpoint is not
+     * prefilling (needs kvUsageTieBreak > 0 and an inflight-load producer).
+     */
+    skipPrefilling: z.boolean().default(false),
+  })
+  .refine((p) => !p.skipPrefilling || p.kvUsageTieBreak > 0, {
+    message:
+      "skipPrefilling only reorders the kvUsageTieBreak tie: set kvUsageTieBreak above 0 (the default config uses 0.5), or drop skipPrefilling",
+  });
 
 export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
   readonly typedName: TypedName;
