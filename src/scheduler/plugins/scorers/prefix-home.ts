@@ -198,11 +198,9 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     // Tied endpoints still prefilling a cold prompt's worth of the gateway's requests step back
     // while a tied one is not (skipPrefilling).
     const prefilling = (i: number) =>
-      load !== null &&
-      this.params.skipPrefilling &&
-      load.tokens(endpoints[i].id) >= this.params.minPromptTokens;
+      load !== null && load.tokens(endpoints[i].id) >= this.params.minPromptTokens;
     let skip = false;
-    if (tie > 0 && this.params.skipPrefilling)
+    if (this.params.skipPrefilling)
       for (let i = 0; i < n && !skip; i++) if (out[i] === lo && !prefilling(i)) skip = true;
     const last = (i: number) => skip && prefilling(i);
     // The rest of the tie's lowest and highest scraped KV use; no metrics counts as full.
