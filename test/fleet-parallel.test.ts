@@ -31,7 +31,8 @@ test("an unknown router in a worker is an error, not a hang", async () => {
 
 test("a seed override reaches the workers: other draws, and the same ones in a thread or a worker", async () => {
   const file = fileURLToPath(new URL("../scenarios/no-sharing-overload.yaml", import.meta.url));
-  const routers = ["round-robin"];
+  // Two routers: simulate runs a single one in its own thread, whatever the jobs.
+  const routers = ["least-request", "round-robin"];
   const base = loadScenario(file);
   const sc = loadScenario(file, { seed: 7 });
   assert.equal(sc.seed, 7);
@@ -56,7 +57,7 @@ test("every run on the scenario's fleet carries the scenario's limits, whichever
 
 test("a scale factor reaches the workers: a fleet twice the size, the same in a thread or a worker", async () => {
   const file = fileURLToPath(new URL("../scenarios/multi-turn.yaml", import.meta.url));
-  const routers = ["round-robin"];
+  const routers = ["least-request", "round-robin"];
   const sc = scaleScenario(loadScenario(file), 2);
   const seq = await simulate(sc, { quick: true, routers, jobs: 1 });
   const par = await simulate(sc, { quick: true, routers, jobs: 2 });
