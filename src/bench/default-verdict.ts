@@ -316,12 +316,18 @@ const missText = (m: Control["misses"][number] & Pick<Check, "ttftP90">) =>
   (m.ttftP90 !== undefined
     ? ` (${m.bestRouter}'s TTFT p90 there ${m.ttftP90.best.toFixed(3)} s against ${m.ttftP90.value.toFixed(3)} s)`
     : "");
-/** One control in a table cell: PASS, its misses when there are one or two, else how many. */
-const controlCell = (c: Control) => {
-  if (c.pass) return `${c.router} PASS`;
-  if (c.misses.length <= 2) return `${c.router} MISS: ${c.misses.map(missText).join("; ")}`;
-  return `${c.router} MISS ${c.misses.length}`;
-};
+/** One control in a table cell: PASS or how many figures it missed. */
+const controlCell = (c: Control) => (c.pass ? `${c.router} PASS` : `${c.router} MISS ${c.misses.length}`);
+/** Below the table, a missed run's figures one per line, and those of any router missing one or two. */
+function missLines(name: string, misses: Check[], others: Control[]): string[] {
+  const close = others.filter((c) => !c.pass && c.misses.length <= 2);
+  if (misses.length === 0 && close.length === 0) return [];
+  return [
+    `${name}:`,
+    ...misses.map((m) => `  - ${missText(m)}`),
+    ...close.flatMap((c) => c.misses.map((m) => `  - (${c.router} judged the same way) ${missText(m)}`)),
+  ];
+}
 const fmt = (c: Check) =>
   c.metric === "out tok/s" ? Math.round(c.value).toLocaleString("en-US") : `${c.value.toFixed(3)} s`;
 
@@ -372,6 +378,7 @@ async function main(): Promise<void> {
     controls: Control[];
   }[] = [];
   const rows: string[][] = [];
+  const details: string[] = [];
   try {
     for (const scenario of scenarios)
       for (const scale of scales)
@@ -395,13 +402,15 @@ async function main(): Promise<void> {
           results.push({ scenario, seed, quick, scale, routerSeeds, wallS: wall, checks, controls: others });
           const misses = checks.filter((c) => !c.pass);
           const run = checks.filter((c) => c.scope === "run");
+          const name = scale !== 1 ? `${scenario} ×${scale}` : scenario;
           rows.push([
-            scale !== 1 ? `${scenario} ×${scale}` : scenario,
+            name,
             String(seed),
             ...run.map((c) => `${fmt(c)} (${pct(c.worse)} vs ${c.bestRouter})`),
-            misses.length === 0 ? "PASS" : `MISS: ${misses.map(missText).join("; ")}`,
+            misses.length === 0 ? "PASS" : `MISS ${misses.length}`,
             others.map(controlCell).join("; "),
           ]);
+          details.push(...missLines(`${name} seed ${seed}`, misses, others));
         }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -423,6 +432,7 @@ async function main(): Promise<void> {
       rows,
     ),
   );
+  if (details.length > 0) console.log(`\nwhat missed:\n${details.join("\n")}`);
   const path = resolve(ROOT, a.json ?? "results/bench-default-verdict.json");
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(
