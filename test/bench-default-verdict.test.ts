@@ -6,7 +6,15 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { compare, controls, median, medianRuns, TtftPool, verdict } from "../src/bench/default-verdict.ts";
+import {
+  compare,
+  controls,
+  median,
+  medianRuns,
+  preciseClause,
+  TtftPool,
+  verdict,
+} from "../src/bench/default-verdict.ts";
 import { percentile } from "../src/bench/latency-summary.ts";
 import type { RequestRow } from "../src/bench/request-rows.ts";
 
@@ -98,6 +106,42 @@ test("every other router is judged by the same rule against all the rest, the de
     ],
   );
   assert.ok(Math.abs(rr.misses[1].worse - 4) < 1e-12, "p90 5 s against the default's 1 s: +400%");
+});
+
+test("the 150 × 5 clause: within 5% of precise, and TTFT p99 under 2 s wherever precise's is", () => {
+  const stages = (p99s: number[]) => [
+    stage(0, 1, 50, 50, true),
+    ...p99s.map((p, i) => stage(i + 1, 1, p / 2, p)),
+  ];
+  const precise = run("precise", 1000, 1, 2, stages([0.2, 0.2, 30]));
+  // 4% below precise, and its 2.5 s p99 falls in the one stage where precise's is 30 s: a pass, although
+  // the general margins (2%, +10%) miss both.
+  const near = preciseClause([run("default", 960, 1, 2, stages([0.21, 0.19, 2.5])), precise]);
+  assert.ok(near);
+  assert.equal(near.pass, true);
+  assert.ok(Math.abs(near.worse - 0.04) < 1e-12);
+  assert.equal(near.worstP99, 0.21, "the highest p99 among the stages precise keeps under 2 s");
+  assert.deepEqual(near.stagesOver, []);
+  const slow = preciseClause([run("default", 949, 1, 2, stages([2, 0.1, 0.1])), precise]);
+  assert.ok(slow);
+  assert.equal(slow.pass, false);
+  assert.ok(slow.worse > 0.05, "5.1% below precise");
+  assert.deepEqual(
+    slow.stagesOver,
+    [{ scope: "stage 2 (20 QPS)", p99: 2, precise: 0.2 }],
+    "2 s is not under 2 s",
+  );
+  const fastButLate = preciseClause([run("default", 1100, 1, 2, stages([0.1, 3, 0.1])), precise]);
+  assert.equal(
+    fastButLate?.pass,
+    false,
+    "ahead on throughput, but one stage's p99 over 2 s where precise's is not",
+  );
+  assert.equal(
+    preciseClause([run("default", 1, 1, 1, []), run("other", 1, 1, 1, [])]),
+    undefined,
+    "no precise, no clause",
+  );
 });
 
 test("a scenario without the default router is refused with what to do", () => {

@@ -27,6 +27,10 @@
  * and by as much, the margins are inside the draws' luck on that run rather than a loss of the
  * default's.
  *
+ * On shared-prefix-73 (the issue's 150 × 5 run, and the same shape at other seeds and sizes) the
+ * issue's own clause for that run is checked too, and printed under the table: within 5% of
+ * precise's output tokens/s, and TTFT p99 under 2 s in every stage where precise's is.
+ *
  *   npm run bench:default-verdict -- [--scenarios mixed-length,multi-turn] [--seeds 42,7,3] [--quick]
  *     [--scales 1] [--draws 1] [--jobs 2] [--candidate default] [--json FILE]
  */
@@ -190,6 +194,48 @@ export function controls(runs: RunJson[], mine = "default"): Control[] {
     });
 }
 
+/**
+ * Issue 9's clause for the 150 × 5 run (shared-prefix-73) beside the general margins: the default
+ * within 5% of precise's output tokens/s over the run, and its TTFT p99 under 2 s in every measured
+ * stage where precise's is.
+ */
+export interface PreciseClause {
+  /** Signed, as a Check's: positive = the candidate's output tokens/s is below precise's by this fraction. */
+  worse: number;
+  /** Measured stages where precise's TTFT p99 is under 2 s and the candidate's is not. */
+  stagesOver: { scope: string; p99: number; precise: number }[];
+  /** The candidate's highest TTFT p99 over the stages where precise's is under 2 s. */
+  worstP99: number;
+  pass: boolean;
+}
+export const PRECISE_CLAUSE = { throughput: 0.05, p99Seconds: 2 } as const;
+
+/** The 150 × 5 clause on one run, or undefined when the run has no `precise` router to hold it to. */
+export function preciseClause(runs: RunJson[], mine = "default"): PreciseClause | undefined {
+  const me = runs.find((r) => r.router === mine);
+  const precise = runs.find((r) => r.router === "precise");
+  if (!me || !precise || me === precise) return undefined;
+  const worse =
+    precise.output_tokens_per_s > 0
+      ? (precise.output_tokens_per_s - me.output_tokens_per_s) / precise.output_tokens_per_s
+      : 0;
+  const stagesOver: PreciseClause["stagesOver"] = [];
+  let worstP99 = 0;
+  for (const s of me.stages) {
+    if (s.warmup) continue;
+    const p = precise.stages.find((x) => x.index === s.index);
+    if (!p || !(p.ttft_p99_s < PRECISE_CLAUSE.p99Seconds)) continue;
+    worstP99 = Math.max(worstP99, s.ttft_p99_s);
+    if (!(s.ttft_p99_s < PRECISE_CLAUSE.p99Seconds))
+      stagesOver.push({
+        scope: `stage ${s.index + 1} (${s.rate} QPS)`,
+        p99: s.ttft_p99_s,
+        precise: p.ttft_p99_s,
+      });
+  }
+  return { worse, stagesOver, worstP99, pass: worse <= PRECISE_CLAUSE.throughput && stagesOver.length === 0 };
+}
+
 /** The median of `xs` (the mean of the middle two when their count is even). */
 export function median(xs: readonly number[]): number {
   if (xs.length === 0) throw new Error("median of nothing");
@@ -328,6 +374,14 @@ function missLines(name: string, misses: Check[], others: Control[]): string[] {
     ...close.flatMap((c) => c.misses.map((m) => `  - (${c.router} judged the same way) ${missText(m)}`)),
   ];
 }
+/** One run's 150 × 5 clause, as printed under the table. */
+const clauseLine = (name: string, c: PreciseClause) =>
+  `  ${name}: ${c.pass ? "PASS" : "MISS"} — out tok/s ${pct(c.worse)} vs precise; ` +
+  (c.stagesOver.length === 0
+    ? `TTFT p99 at most ${c.worstP99.toFixed(3)} s in the stages where precise's is under ${PRECISE_CLAUSE.p99Seconds} s`
+    : c.stagesOver
+        .map((o) => `${o.scope} TTFT p99 ${o.p99.toFixed(3)} s (precise ${o.precise.toFixed(3)} s)`)
+        .join(", "));
 const fmt = (c: Check) =>
   c.metric === "out tok/s" ? Math.round(c.value).toLocaleString("en-US") : `${c.value.toFixed(3)} s`;
 
@@ -376,9 +430,11 @@ async function main(): Promise<void> {
     wallS: number;
     checks: Check[];
     controls: Control[];
+    preciseClause?: PreciseClause;
   }[] = [];
   const rows: string[][] = [];
   const details: string[] = [];
+  const clauses: string[] = [];
   try {
     for (const scenario of scenarios)
       for (const scale of scales)
@@ -399,7 +455,18 @@ async function main(): Promise<void> {
           const pooled = pool.apply(medianRuns(all));
           const checks = verdict(pooled, candidate);
           const others = controls(pooled, candidate);
-          results.push({ scenario, seed, quick, scale, routerSeeds, wallS: wall, checks, controls: others });
+          const clause = scenario === "shared-prefix-73" ? preciseClause(pooled, candidate) : undefined;
+          results.push({
+            scenario,
+            seed,
+            quick,
+            scale,
+            routerSeeds,
+            wallS: wall,
+            checks,
+            controls: others,
+            ...(clause ? { preciseClause: clause } : {}),
+          });
           const misses = checks.filter((c) => !c.pass);
           const run = checks.filter((c) => c.scope === "run");
           const name = scale !== 1 ? `${scenario} ×${scale}` : scenario;
@@ -411,6 +478,7 @@ async function main(): Promise<void> {
             others.map(controlCell).join("; "),
           ]);
           details.push(...missLines(`${name} seed ${seed}`, misses, others));
+          if (clause) clauses.push(clauseLine(`${name} seed ${seed}${quick ? " (quick)" : ""}`, clause));
         }
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -433,6 +501,10 @@ async function main(): Promise<void> {
     ),
   );
   if (details.length > 0) console.log(`\nwhat missed:\n${details.join("\n")}`);
+  if (clauses.length > 0)
+    console.log(
+      `\nthe 150 × 5 run's own clause (issue 9): ${candidate} within ${PRECISE_CLAUSE.throughput * 100}% of precise's out tok/s, and TTFT p99 under ${PRECISE_CLAUSE.p99Seconds} s in every measured stage where precise's is:\n${clauses.join("\n")}`,
+    );
   const path = resolve(ROOT, a.json ?? "results/bench-default-verdict.json");
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(
