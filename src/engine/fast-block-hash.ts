@@ -24,7 +24,7 @@ export interface BlockHasher {
   /** Block i's hash as the uint64 that KV events carry. */
   value(i: number): bigint;
   /** Hashes every newly full block of tokens[0, length) (the request's whole sequence so far). */
-  update(tokens: Float64Array, length: number): void;
+  update(tokens: Int32Array, length: number): void;
 }
 
 /** Room for `n` more hashes: sized from the request's longest length, grown if ever exceeded. */
@@ -48,7 +48,7 @@ export class Sha256BlockHasher implements BlockHasher {
     this.los = new Int32Array(capacity);
   }
 
-  update(tokens: Float64Array, length: number): void {
+  update(tokens: Int32Array, length: number): void {
     const hashes = this.#inner.hashes;
     this.#inner.update(tokens.subarray(0, length));
     this.his = grow(this.his, hashes.length);
@@ -194,7 +194,7 @@ export class FastRequestBlockHasher implements BlockHasher {
     this.count = p.count;
   }
 
-  update(tokens: Float64Array, length: number): void {
+  update(tokens: Int32Array, length: number): void {
     const bs = this.blockSize;
     const full = Math.floor(length / bs);
     if (full > this.his.length) {

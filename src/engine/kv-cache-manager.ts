@@ -168,7 +168,7 @@ export class KVCacheManager {
 }
 
 /** tokens[from, to) as a plain array (a loop: Array.from over a typed array is several times slower). */
-function tokenIds(tokens: Float64Array, from: number, to: number): number[] {
+function tokenIds(tokens: Int32Array, from: number, to: number): number[] {
   const out: number[] = [];
   for (let i = from; i < to; i++) out.push(tokens[i]);
   return out;

@@ -177,7 +177,7 @@ export function computeLimits(workload: Workload, fleet: FleetConfig, tok: Promp
     if (p === undefined) {
       const ids = chat ? tok.chat(r.messages ?? []) : tok.completion(text);
       const h = new FastRequestBlockHasher(root, bs, Math.floor(ids.length / bs));
-      h.update(Float64Array.from(ids), ids.length);
+      h.update(Int32Array.from(ids), ids.length);
       const blocks = new Array<number>(h.count);
       for (let i = 0; i < h.count; i++) blocks[i] = (h.his[i] & 0x1fffff) * 4294967296 + (h.los[i] >>> 0);
       p = { tokens: ids.length, blocks, visits: 0 };
