@@ -70,7 +70,9 @@ const USAGE = `usage: npm run bench:default-verdict -- [--scenarios a,b] [--seed
                requests together (default 1)
   --jobs       routers simulated at once per scenario (kvgate simulate --jobs; default 2)
   --candidate  the scenarios' name for the router judged (default "default"; the locality
-               scenarios call it global-default)`;
+               scenarios call it global-default)
+On shared-prefix-73 it also checks that run's own target, printed under the table: within 5% of
+precise's output tokens/s, and TTFT p99 under 2 s in every stage where precise's is.`;
 
 interface Figures {
   out: number;
