@@ -5,7 +5,9 @@
  * and traffic that reuses nothing are left to the load scorers. With maxDecodeLoadRatio (the default
  * config's), an endpoint decoding past that multiple of the mean founds nothing; with
  * kvUsageTieBreak (the default config's), the fewest-homed are ranked by scraped KV use, and with
- * skipPrefilling (the default config's) one still prefilling a cold prompt ranks below the others.
+ * skipPrefilling (the default config's) one still prefilling a cold prompt ranks below the others;
+ * with stallRatio (the default config's) a document-sized one goes where few requests would stall
+ * behind its prefill, one home above the fewest.
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -160,6 +162,40 @@ describe("prefix-home-balance-scorer", () => {
     assert.deepEqual(at({ "b:1": 4000, "c:1": 2000 }, [0, 0.1, 0.5]), [0, 1, 0.5]);
     // Without a KV tie-break there is no tie for it to reorder: refused, saying what to set.
     assert.throws(() => mk({ skipPrefilling: true }), /set kvUsageTieBreak above 0/);
+  });
+
+  it("with stallRatio, a document-sized cold prompt founds one home above the fewest where few requests run", () => {
+    const s = mk({ kvUsageTieBreak: 0.5, stallRatio: 0.5, inFlightLoadProducerName: "i" });
+    for (const e of [0, 1, 2, 2]) pick(s, 32, eps[e]);
+    pick(s, 32, eps[0], { "a:1": 32 });
+    // Homes 1, 1, 2: a and b tie on the fewest.
+    const at = (blocks: number, requests: Record<string, number>, context: Record<string, number> = {}) => {
+      const e = eps.map((x, i) => endpoint(x.id, { kvCacheUsagePercent: [0.2, 0.4, 0.1][i] }));
+      const x = cycleFor(completion("r", "p"), e);
+      x.set(prefixKey("p"), prefixInfo(blocks, 64, {}));
+      const info: InFlightInfo = {
+        requests: (id) => requests[id] ?? 0,
+        tokens: () => 0,
+        uncachedRequestTokens: () => 0,
+        contextTokens: (id) => context[id] ?? 0,
+      };
+      x.set(inflightKey("i"), info);
+      return Array.from(s.score(x, e));
+    };
+    // 16,384 tokens (256 blocks). Decode load is the context in flight plus 256 a request: the
+    // fewest-homed decode 10 and 8 requests, c 4 (half of 8): c alone founds, and a and b score as
+    // homing one more (0.5 × (2 − 1) ÷ (2 − 0)).
+    assert.deepEqual(at(256, { "a:1": 10, "b:1": 8, "c:1": 4 }), [0.25, 0.25, 1]);
+    // One request more on c, or one request decoding a 50,000-token document, or a prompt one block
+    // shorter: homes and KV use decide as before.
+    assert.deepEqual(at(256, { "a:1": 10, "b:1": 8, "c:1": 5 }), [1, 0.5, 0]);
+    assert.deepEqual(at(256, { "a:1": 10, "b:1": 8, "c:1": 1 }, { "c:1": 50_000 }), [1, 0.5, 0]);
+    assert.deepEqual(at(255, { "a:1": 10, "b:1": 8, "c:1": 4 }), [1, 0.5, 0]);
+    // A fewest-homed endpoint with nothing in flight: nothing there to stall, c is not brought in.
+    assert.deepEqual(at(256, { "a:1": 10, "c:1": 0 }), [1, 0.5, 0]);
+    // Two homes above the fewest is too many however idle.
+    pick(s, 32, eps[2]);
+    assert.deepEqual(at(256, { "a:1": 10, "b:1": 8, "c:1": 0 }), [1, 0.5, 0]);
   });
 
   it("the default config does not found a new prompt where the prompt founded a moment ago is still prefilling", async () => {

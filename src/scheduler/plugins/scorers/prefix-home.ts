@@ -61,6 +61,21 @@
  * scores as the tie's highest KV use. On popular-prompt at a tenth of its size (a cold start of 144
  * new 4,000-token prompts) the default's TTFT p99 was 0.294 / 0.382 / 0.322 s at seeds 42 / 7 / 3
  * against round-robin's 0.230 / 0.231 / 0.231; with it 0.235 / 0.229 / 0.229.
+ *
+ * `stallRatio` (set in config/examples/default.yaml; needs an inflight-load producer): a cold prompt
+ * of at least `stallPromptTokens` prefills for half a second or more, and every sequence decoding on
+ * its endpoint runs slower until it is in. An endpoint homing at most one more than the fewest,
+ * running at most stallRatio × the fewest-homed's least requests in flight and no more decode load
+ * (counted as maxDecodeLoadRatio counts it) than the lightest of them, founds it instead: such
+ * endpoints form the tie (for the KV tie-break), and the fewest-homed score as if homing one more.
+ * The load scorers cannot make this choice: a home of difference outweighs them. On mixed-length at
+ * a tenth of its size (seed 3) the default founded a 49,255-token document on a fewest-homed replica
+ * with 11 requests in flight, one a 336-token answer whose tokens then came every 15 ms instead of 6
+ * and ended the run up to 0.9 s after precise's, while a replica one home above had one: over 30
+ * draws −3.4% against precise's output tokens/s, with it −0.2%. With requests alone as the measure
+ * it also fired in flow-slo-mixed-length's overload, onto a replica with few requests because it was
+ * decoding documents (seed 42: 41 fewer questions within their SLO); the decode-load condition keeps
+ * it off such a replica.
  */
 import { z } from "zod";
 import { spec } from "../../plugin-spec.ts";
@@ -100,6 +115,13 @@ export const prefixHomeParams = z
      * prefilling (needs kvUsageTieBreak > 0 and an inflight-load producer).
      */
     skipPrefilling: z.boolean().default(false),
+    /**
+     * Unset: off. Else a cold prompt of at least stallPromptTokens may found on an endpoint homing one
+     * more than the fewest, running at most this × the fewest-homed's least requests in flight and no
+     * more decode load than the lightest of them.
+     */
+    stallRatio: z.number().gt(0).lt(1).optional(),
+    stallPromptTokens: z.number().int().positive().default(16384),
   })
   .refine((p) => !p.skipPrefilling || p.kvUsageTieBreak > 0, {
     message:
@@ -131,7 +153,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     this.typedName = { type: "prefix-home-balance-scorer", name };
     this.#key = prefixKey(params.prefixMatchInfoProducerName as string);
     this.#load =
-      (params.maxDecodeLoadRatio !== undefined || params.skipPrefilling) &&
+      (params.maxDecodeLoadRatio !== undefined || params.skipPrefilling || params.stallRatio !== undefined) &&
       params.inFlightLoadProducerName !== undefined
         ? inflightKey(params.inFlightLoadProducerName)
         : null;
@@ -178,7 +200,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     const out = this.#out.get(n);
     const info = cycle.get(this.#key);
     if (!this.#long(info) || info.anyMatch || this.#matched === 0) return out.fill(0.5);
-    // Endpoints decoding past the ratio are marked −1 and score 0; the rest by homes among themselves.
+    // Endpoints decoding past the ratio are marked NaN and score 0; the rest by homes among themselves.
     const load = this.#load === null ? null : need(cycle, this.#load, this.typedName.name);
     const busy =
       load === null || this.params.maxDecodeLoadRatio === undefined ? null : this.#busy(load, endpoints);
@@ -186,7 +208,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     let hi = 0;
     for (let i = 0; i < n; i++) {
       if (busy?.[i] === 1) {
-        out[i] = -1;
+        out[i] = Number.NaN;
         continue;
       }
       const h = this.homes(endpoints[i].id);
@@ -194,6 +216,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
       lo = Math.min(lo, h);
       hi = Math.max(hi, h);
     }
+    if (load !== null && this.#idleJoin(info.promptTokens, load, endpoints, out, lo)) lo--;
     const tie = this.params.kvUsageTieBreak;
     // Tied endpoints still prefilling a cold prompt's worth of the gateway's requests step back
     // while a tied one is not (skipPrefilling).
@@ -214,12 +237,51 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
           kvHi = Math.max(kvHi, kvOf(endpoints[i]));
         }
     for (let i = 0; i < n; i++) {
-      if (out[i] < 0) out[i] = 0;
+      if (Number.isNaN(out[i])) out[i] = 0;
       else if (out[i] !== lo) out[i] = ((1 - tie) * (hi - out[i])) / (hi - lo);
       else if (last(i)) out[i] = 1 - tie;
       else out[i] = kvHi > kvLo ? 1 - (tie * (kvOf(endpoints[i]) - kvLo)) / (kvHi - kvLo) : 1;
     }
     return out;
+  }
+
+  /**
+   * stallRatio: marks lo − 1 on the endpoints (homing at most lo + 1, not past the decode ratio)
+   * running at most stallRatio × the fewest-homed's least requests in flight, with a decode load no
+   * higher than the least of theirs; true if any did.
+   */
+  #idleJoin(
+    promptTokens: number,
+    load: InFlightInfo,
+    endpoints: readonly EndpointState[],
+    out: Float64Array,
+    lo: number,
+  ): boolean {
+    const ratio = this.params.stallRatio;
+    if (ratio === undefined || promptTokens < this.params.stallPromptTokens) return false;
+    let fewest = Number.POSITIVE_INFINITY;
+    let lightest = Number.POSITIVE_INFINITY;
+    for (let i = 0; i < endpoints.length; i++)
+      if (out[i] === lo) {
+        fewest = Math.min(fewest, load.requests(endpoints[i].id));
+        lightest = Math.min(lightest, this.#decodeLoad(load, endpoints[i].id));
+      }
+    // A fewest-homed endpoint running nothing: no sequence there for the prefill to stall.
+    if (fewest === 0 || fewest === Number.POSITIVE_INFINITY) return false;
+    let any = false;
+    for (let i = 0; i < endpoints.length; i++) {
+      const id = endpoints[i].id;
+      if (out[i] <= lo + 1 && load.requests(id) <= ratio * fewest && this.#decodeLoad(load, id) <= lightest) {
+        out[i] = lo - 1;
+        any = true;
+      }
+    }
+    return any;
+  }
+
+  /** The gateway's requests in flight on an endpoint in context tokens, as decode-load-scorer counts them. */
+  #decodeLoad(load: InFlightInfo, id: string): number {
+    return load.requests(id) * this.params.requestTokens + (load.contextTokens?.(id) ?? 0);
   }
 
   /** 1 where the endpoint's decode load is above maxDecodeLoadRatio × the candidates' mean, else 0. */
@@ -228,8 +290,7 @@ export class PrefixHomeBalanceScorer implements Scorer, PreRequestHook {
     const loads = this.#loads.get(n);
     let sum = 0;
     for (let i = 0; i < n; i++) {
-      const id = endpoints[i].id;
-      loads[i] = load.requests(id) * this.params.requestTokens + (load.contextTokens?.(id) ?? 0);
+      loads[i] = this.#decodeLoad(load, endpoints[i].id);
       sum += loads[i];
     }
     const limit = ((this.params.maxDecodeLoadRatio as number) * sum) / n;
@@ -282,7 +343,7 @@ export const prefixHomeSpec = spec({
     {
       family: "inflight-load",
       param: "inFlightLoadProducerName",
-      required: p.maxDecodeLoadRatio !== undefined || p.skipPrefilling,
+      required: p.maxDecodeLoadRatio !== undefined || p.skipPrefilling || p.stallRatio !== undefined,
     },
   ],
   factory: (name, p) => new PrefixHomeBalanceScorer(name, p),
