@@ -259,6 +259,38 @@ describe("prefix-home-balance-scorer", () => {
     assert.equal(await run(without), "y:1", "without it the in-flight load decides");
   });
 
+  it("the default config founds a document one home above the fewest where no requests would stall behind it", async () => {
+    const text = defaultConfig();
+    /** A ~17,000-token document of its own per group. */
+    const doc = (g: number) => `group ${g} `.repeat(8500);
+    const run = async (cfg: string) => {
+      const { s, send } = await sender(cfg);
+      const [x, y, z] = [endpoint("x:1"), endpoint("y:1"), endpoint("z:1")];
+      // Document 1 homes on z and is asked about again there (reuse seen); both requests end.
+      for (const id of ["d1", "d1b"]) {
+        const { req, target } = send(id, doc(1), [z], 0);
+        s.onResponseStarted(req, target, 0.5);
+        s.onResponseComplete(req, target, 1);
+      }
+      // x and y, homing nothing, decode short questions: three and two in flight; z runs none.
+      send("q1", "a short question", [x], 1.1);
+      send("q2", "another short question", [x], 1.2);
+      send("q3", "a third short question", [x], 1.3);
+      send("q4", "a fourth short question", [y], 1.4);
+      send("q5", "a fifth short question", [y], 1.5);
+      const cands = [
+        endpoint("x:1", { kvCacheUsagePercent: 0.1 }),
+        endpoint("y:1", { kvCacheUsagePercent: 0.1 }),
+        endpoint("z:1", { kvCacheUsagePercent: 0.3 }),
+      ];
+      return send("d2", doc(2), cands, 1.6).target;
+    };
+    assert.equal(await run(text), "z:1", "the document goes where nothing runs, a home above the fewest");
+    const without = text.replace(/\n\s*stallRatio: [0-9.]+/, "");
+    assert.notEqual(without, text);
+    assert.notEqual(await run(without), "z:1", "without it the fewest-homed found it");
+  });
+
   it("maxDecodeLoadRatio brings in an inflight-load producer, and must be above 1", async () => {
     const cfg = (ratio: number) => `apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
