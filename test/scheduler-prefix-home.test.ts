@@ -24,6 +24,9 @@ const eps = [endpoint("a:1"), endpoint("b:1"), endpoint("c:1")];
 const defaultConfig = () => readFileSync(new URL("../config/examples/default.yaml", import.meta.url), "utf8");
 /** A ~4,000-token prompt of its own per group. */
 const long = (g: number) => `group ${g} `.repeat(2000);
+/** Candidates with the KV use their last scrape showed. */
+const scraped = (kv: Record<string, number>) =>
+  Object.entries(kv).map(([id, k]) => endpoint(id, { kvCacheUsagePercent: k }));
 /** A scheduler from `cfg` and a send(): schedule a completion and pick its target, as the gateway does. */
 async function sender(cfg: string) {
   const { scheduler: s } = await createScheduler(cfg, { seed: 1 });
@@ -33,7 +36,11 @@ async function sender(cfg: string) {
     s.onPicked(req, r, now);
     return { req, target: r.target?.id as string };
   };
-  return { s, send };
+  /** `n` short questions sent to `e` from `t` on, 10 ms apart, left in flight. */
+  const questions = (e: EndpointState, n: number, t: number) => {
+    for (let i = 0; i < n; i++) send(`${e.id} q${i}`, `short question ${i}`, [e], t + i * 0.01);
+  };
+  return { s, send, questions };
 }
 
 describe("prefix-home-balance-scorer", () => {
@@ -49,6 +56,18 @@ describe("prefix-home-balance-scorer", () => {
     s.preRequest(cyc(blocks, m), { target, profiles: {} } as never);
   const scores = (s: PrefixHomeBalanceScorer, blocks: number, m = {}) =>
     Array.from(s.score(cyc(blocks, m), eps));
+  type PerEndpoint = Record<string, number>;
+  /** In-flight load with the given per-endpoint requests, prompt tokens waiting and context tokens. */
+  const inflight = (p: {
+    requests?: PerEndpoint;
+    tokens?: PerEndpoint;
+    context?: PerEndpoint;
+  }): InFlightInfo => ({
+    requests: (id) => p.requests?.[id] ?? 0,
+    tokens: (id) => p.tokens?.[id] ?? 0,
+    uncachedRequestTokens: () => 0,
+    contextTokens: (id) => p.context?.[id] ?? 0,
+  });
 
   it("scores (max − homes) ÷ (max − min) for a long cold request once a long request was a hit", () => {
     const s = mk();
@@ -81,13 +100,7 @@ describe("prefix-home-balance-scorer", () => {
     // the endpoints not past the ratio are scored by homes among themselves, so b wins next.
     const withLoad = (context: Record<string, number>, requests: Record<string, number> = {}) => {
       const x = cyc(32);
-      const info: InFlightInfo = {
-        requests: (id) => requests[id] ?? 0,
-        tokens: () => 0,
-        uncachedRequestTokens: () => 0,
-        contextTokens: (id) => context[id] ?? 0,
-      };
-      x.set(inflightKey("i"), info);
+      x.set(inflightKey("i"), inflight({ requests, context }));
       return Array.from(s.score(x, eps));
     };
     // Mean 40,000: c at 100,000 is above twice it and loses the count it would have won on.
@@ -147,12 +160,7 @@ describe("prefix-home-balance-scorer", () => {
       const e = eps.map((x, i) => endpoint(x.id, { kvCacheUsagePercent: kv[i] }));
       const x = cycleFor(completion("r", "p"), e);
       x.set(prefixKey("p"), prefixInfo(32, 64, {}));
-      const info: InFlightInfo = {
-        requests: () => 0,
-        tokens: (id) => tokens[id] ?? 0,
-        uncachedRequestTokens: () => 0,
-      };
-      x.set(inflightKey("i"), info);
+      x.set(inflightKey("i"), inflight({ tokens }));
       return Array.from(s.score(x, e));
     };
     assert.deepEqual(at({ "b:1": 4000 }, [0, 0.1, 0.5]), [0, 0.5, 1], "c founds, not b");
@@ -173,13 +181,7 @@ describe("prefix-home-balance-scorer", () => {
       const e = eps.map((x, i) => endpoint(x.id, { kvCacheUsagePercent: [0.2, 0.4, 0.1][i] }));
       const x = cycleFor(completion("r", "p"), e);
       x.set(prefixKey("p"), prefixInfo(blocks, 64, {}));
-      const info: InFlightInfo = {
-        requests: (id) => requests[id] ?? 0,
-        tokens: () => 0,
-        uncachedRequestTokens: () => 0,
-        contextTokens: (id) => context[id] ?? 0,
-      };
-      x.set(inflightKey("i"), info);
+      x.set(inflightKey("i"), inflight({ requests, context }));
       return Array.from(s.score(x, e));
     };
     // 16,384 tokens (256 blocks). Decode load is the context in flight plus 256 a request: the
@@ -218,11 +220,7 @@ describe("prefix-home-balance-scorer", () => {
       // Group 3 is founded on z and has no first token yet: z is prefilling its ~4,000 tokens.
       send("g3", long(3), [z], 0.02);
       // Every endpoint homes one group; z's last scrape shows the least KV use (its one request).
-      const cands = [
-        endpoint("x:1", { kvCacheUsagePercent: 0.3 }),
-        endpoint("y:1", { kvCacheUsagePercent: 0.32 }),
-        endpoint("z:1", { kvCacheUsagePercent: 0.05 }),
-      ];
+      const cands = scraped({ "x:1": 0.3, "y:1": 0.32, "z:1": 0.05 });
       return send("g4", long(4), cands, 0.03).target;
     };
     assert.equal(await run(text), "x:1", "the idle endpoint using the least KV founds it");
@@ -234,21 +232,15 @@ describe("prefix-home-balance-scorer", () => {
   it("the default config founds a new prefix on the fewest-homed endpoint using the least KV, against its load scorers", async () => {
     const text = defaultConfig();
     const run = async (cfg: string) => {
-      const { send } = await sender(cfg);
+      const { send, questions } = await sender(cfg);
       const [x, z] = [endpoint("x:1"), endpoint("z:1")];
       // Group 1 homes on z and is asked again there (reuse seen); x and y home nothing.
       send("g1", long(1), [z], 0);
       send("g1b", long(1), [z], 0.01);
       // x has three short requests in flight, y none: the in-flight scorers prefer y.
-      send("q1", "a short question", [x], 0.02);
-      send("q2", "another short question", [x], 0.03);
-      send("q3", "a third short question", [x], 0.04);
+      questions(x, 3, 0.02);
       // By the last scrape x uses a little less KV than y; z, homing a group, the least of all.
-      const cands = [
-        endpoint("x:1", { kvCacheUsagePercent: 0.3 }),
-        endpoint("y:1", { kvCacheUsagePercent: 0.32 }),
-        endpoint("z:1", { kvCacheUsagePercent: 0.1 }),
-      ];
+      const cands = scraped({ "x:1": 0.3, "y:1": 0.32, "z:1": 0.1 });
       return send("g2", long(2), cands, 0.05).target;
     };
     assert.equal(await run(text), "x:1", "the tie goes to the lower KV use");
@@ -264,7 +256,7 @@ describe("prefix-home-balance-scorer", () => {
     /** A ~17,000-token document of its own per group. */
     const doc = (g: number) => `group ${g} `.repeat(8500);
     const run = async (cfg: string) => {
-      const { s, send } = await sender(cfg);
+      const { s, send, questions } = await sender(cfg);
       const [x, y, z] = [endpoint("x:1"), endpoint("y:1"), endpoint("z:1")];
       // Document 1 homes on z and is asked about again there (reuse seen); both requests end.
       for (const id of ["d1", "d1b"]) {
@@ -273,16 +265,9 @@ describe("prefix-home-balance-scorer", () => {
         s.onResponseComplete(req, target, 1);
       }
       // x and y, homing nothing, decode short questions: three and two in flight; z runs none.
-      send("q1", "a short question", [x], 1.1);
-      send("q2", "another short question", [x], 1.2);
-      send("q3", "a third short question", [x], 1.3);
-      send("q4", "a fourth short question", [y], 1.4);
-      send("q5", "a fifth short question", [y], 1.5);
-      const cands = [
-        endpoint("x:1", { kvCacheUsagePercent: 0.1 }),
-        endpoint("y:1", { kvCacheUsagePercent: 0.1 }),
-        endpoint("z:1", { kvCacheUsagePercent: 0.3 }),
-      ];
+      questions(x, 3, 1.1);
+      questions(y, 2, 1.2);
+      const cands = scraped({ "x:1": 0.1, "y:1": 0.1, "z:1": 0.3 });
       return send("d2", doc(2), cands, 1.6).target;
     };
     assert.equal(await run(text), "z:1", "the document goes where nothing runs, a home above the fewest");
