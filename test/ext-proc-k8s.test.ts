@@ -74,9 +74,12 @@ after(async () => {
   await Promise.all((replicas ?? []).map((r) => r.close()));
 });
 
+/** Each question's own text, so no two share a prefix by accident. */
+let asked = 0;
+
 async function ask(model: string) {
   const c = new ExtProcCall(connect(ctor, epp.grpc.port, epp.certificate));
-  c.send(requestHeaders(CHAT_PATH), requestBody(chatBody(`k8s ${Math.random()}`, model), true));
+  c.send(requestHeaders(CHAT_PATH), requestBody(chatBody(`k8s question ${++asked}`, model), true));
   let rs = await c.waitFor(1);
   if (!rs[0].immediate_response) rs = await c.waitFor(2);
   const out = {
