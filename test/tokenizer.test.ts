@@ -72,20 +72,14 @@ test("sim: ids are FNV-1a of the piece, the same in a fresh instance and in anot
   );
 });
 
-test("sim: about 4 characters per token on English prose; fast on 32k characters", () => {
+test("sim: about 4 characters per token on English prose, 32k characters at once included", () => {
   const t = createSimTokenizer();
   const ratio = PROSE.length / t.encode(PROSE, false).length;
   assert.ok(ratio >= 3.5 && ratio <= 5, `chars/token ${ratio}`);
   const big = PROSE.repeat(Math.ceil(32768 / PROSE.length)).slice(0, 32768);
-  for (let i = 0; i < 20; i++) t.encode(big);
-  const n = 50;
-  const t0 = process.hrtime.bigint();
-  let tokens = 0;
-  for (let i = 0; i < n; i++) tokens = t.encode(big).length;
-  const ms = Number(process.hrtime.bigint() - t0) / 1e6 / n;
-  console.log(
-    `sim tokenizer: 32768 chars -> ${tokens} tokens (${ratio.toFixed(2)} chars/token on prose) in ${ms.toFixed(2)} ms, ${(((32768 / ms) * 1000) / 1e6).toFixed(1)} M chars/s`,
-  );
+  // 32k characters of the same prose encode at the same ratio.
+  const bigRatio = big.length / t.encode(big, false).length;
+  assert.ok(Math.abs(bigRatio - ratio) < 0.1, `chars/token ${bigRatio} against ${ratio}`);
 });
 
 test("property: ids(A) is a prefix of ids(A+B) except possibly A's last token", () => {
