@@ -335,18 +335,52 @@ test("codec: a batch survives the wire unchanged; garbled frames are refused wit
     }),
     { seed: 16, numRuns: 200 },
   );
+  // decodeBatch's own refusals (src/gateway/sync/codec.ts), each a plain Error: anything else (a
+  // TypeError from an unchecked field, say) is a crash the checks missed.
+  const REFUSAL = new RegExp(
+    `^(${[
+      "not JSON",
+      "not an object",
+      "wire version .*, expected 1",
+      "origin and config must be strings",
+      "bad seq or at",
+      "prefix and sessions must be arrays",
+      "bad prefix insert",
+      "hash chain is not a whole number of 64-bit blocks",
+      "bad session binding",
+      "bad load",
+      "bad load rows",
+      "bad load row",
+      "speculative must be an array",
+      "bad speculative entry",
+      "bad homes",
+      "bad homes rows",
+      "bad homes row",
+    ].join("|")})$`,
+  );
+  let refused = 0;
   fc.assert(
     fc.property(arbBatch, fc.nat(), fc.integer({ min: 0, max: 255 }), (b, at, byte) => {
       const bytes = Buffer.from(encodeBatch(b));
       bytes[at % bytes.length] = byte;
+      let decoded: SyncBatch;
       try {
-        decodeBatch(bytes);
+        decoded = decodeBatch(bytes);
       } catch (err) {
-        assert.ok(err instanceof Error && err.message.length > 0);
+        assert.ok(err instanceof Error && Object.getPrototypeOf(err) === Error.prototype, String(err));
+        assert.match(err.message, REFUSAL);
+        refused++;
+        return;
       }
+      // Accepted (the byte was left as it was, or changed a value to another valid one): what was
+      // accepted is a well-formed batch, so it survives the wire as the unchanged ones above do.
+      assert.deepEqual(decodeBatch(encodeBatch(decoded)), JSON.parse(JSON.stringify(decoded)));
     }),
     { seed: 17, numRuns: 300 },
   );
+  // Most single-byte changes break the JSON or a checked field; if none were refused, the check
+  // above never ran.
+  assert.ok(refused > 0, "no garbled frame was refused");
   assert.throws(() => decodeBatch(Buffer.from("{}")), /wire version/);
   assert.throws(() => decodeBatch(Buffer.from("\u0000garbage")), /not JSON/);
   const wire = (homes: unknown) =>

@@ -8,8 +8,14 @@ import { Dealer, Subscriber } from "zeromq";
 import { decodeEventBatch, encodeEventBatch } from "../src/kv/event-codec.ts";
 import type { BlockRemoved, KVEventBatch } from "../src/kv/events.ts";
 import { kvEventsConfigFromObject } from "../src/sim/kv-events-config.ts";
-import { endpointBinds, REPLAY_END_SEQ, ZmqEventPublisher } from "../src/sim/kv-publisher.ts";
+import {
+  endpointBinds,
+  KvEventsBindError,
+  REPLAY_END_SEQ,
+  ZmqEventPublisher,
+} from "../src/sim/kv-publisher.ts";
 import { randomBatch, rng } from "./helpers/kv-event-fixtures.ts";
+import { freePort } from "./helpers/local-epp.ts";
 
 const TOPIC = "kv@10.0.0.5:8000@Qwen/Qwen3-8B";
 const WAIT_MS = 5000;
@@ -326,12 +332,49 @@ test("publish never throws: encode errors consume a seq, publishing after close 
   assert.equal(pub.stats().dropped, 1);
 });
 
+/** A KvEventsBindError for `field` at `address` that is not the "already in use" kind. */
+function bindError(field: "endpoint" | "replay_endpoint", address: string) {
+  return (e: unknown): boolean => {
+    assert.ok(e instanceof KvEventsBindError, `expected KvEventsBindError, got ${e}`);
+    assert.equal(e.code, "KVG_ERR_KV_EVENTS_BIND");
+    assert.equal(e.field, field);
+    assert.equal(e.address, address);
+    assert.ok(
+      e.message.startsWith(`--kv-events-config "${field}" ${address}: cannot bind: `),
+      `message ${JSON.stringify(e.message)}`,
+    );
+    return true;
+  };
+}
+
 test("start() rejects on a bad endpoint and leaves nothing open", async () => {
   await assert.rejects(
     ZmqEventPublisher.start(config({ endpoint: "tcp://127.0.0.1:notaport*" }), { format: "map" }),
+    bindError("endpoint", "tcp://127.0.0.1:notaport*"),
   );
+  // The PUB socket binds its fixed port before the replay endpoint fails: start() must close it, or
+  // the port stays taken (a second bind on it fails with EADDRINUSE while the first socket is open).
+  const port = await freePort("0.0.0.0");
+  const endpoint = `tcp://*:${port}`; // the "*" makes it bind rather than connect (endpointBinds)
   await assert.rejects(
-    ZmqEventPublisher.start(config({ replay_endpoint: "bogus://x" }), { format: "map" }),
-    "a bad replay endpoint also fails start()",
+    ZmqEventPublisher.start(config({ endpoint, replay_endpoint: "bogus://x" }), { format: "map" }),
+    bindError("replay_endpoint", "bogus://x"),
   );
+  // zmq unbinds a closed socket on its I/O thread, a moment later: retry "in use" for up to 1 s (as
+  // gateway-precise-lifecycle does). A socket left open holds the port far longer than that.
+  let again: ZmqEventPublisher | undefined;
+  for (let attempt = 0; again === undefined; attempt++) {
+    try {
+      again = await ZmqEventPublisher.start(config({ endpoint }), { format: "map" });
+    } catch (err) {
+      if (attempt >= 50 || !(err instanceof KvEventsBindError && /already in use/.test(err.message)))
+        throw err;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  try {
+    assert.equal(again.endpoint, `tcp://0.0.0.0:${port}`);
+  } finally {
+    await again.close();
+  }
 });

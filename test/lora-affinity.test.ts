@@ -110,7 +110,29 @@ schedulingProfiles:
     weight: 4
   - pluginRef: max-score-picker
 `;
-    assert.doesNotThrow(() => loadConfig(cfg));
+    const { config, warnings } = loadConfig(cfg);
+    // The profile is taken as written: the scorer at its weight, the picker unweighted.
+    assert.deepEqual(config.schedulingProfiles, [
+      {
+        name: "default",
+        plugins: [{ pluginRef: "lora-affinity-scorer", weight: 4 }, { pluginRef: "max-score-picker" }],
+      },
+    ]);
+    // Declared under llm-d's type name, it is a scorer, and (taking no parameters) gets none filled in.
+    assert.deepEqual(
+      config.plugins.find((p) => p.name === "lora-affinity-scorer"),
+      {
+        type: "lora-affinity-scorer",
+        name: "lora-affinity-scorer",
+        kind: "scorer",
+        parameters: {},
+        origin: "declared",
+      },
+    );
+    // The only thing to say about it is the GIE-era apiVersion the config above uses.
+    assert.deepEqual(warnings, [
+      "apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated; use llm-d.ai/v1alpha1",
+    ]);
     assert.throws(
       () =>
         loadConfig(
