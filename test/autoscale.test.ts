@@ -126,9 +126,13 @@ describe("kvgate recommender", () => {
     assert.equal(r.decide(600, [poolState(1)])[0].desired, 1);
     for (let t = 602; t <= 615; t += 2) r.observe(sample(t, 300, 1));
     const [d] = r.decide(615, [poolState(1)]);
-    // The 30 s window holds 7 samples of 300 and 8 of 50: (7·600 + 8·100) / 30 = 166.7 req/s.
-    assert.ok(d.desired >= Math.ceil(166.6 / (0.8 * HAND_CAPACITY)), `desired ${d.desired}`);
-    assert.ok(d.desired >= 3);
+    // The 30 s window holds 7 samples of 300 and 8 of 50: (7·600 + 8·100) / 30 = 166.7 req/s. The
+    // 300 s least-squares line (t = 316…614: 143 samples of 50, 7 of 300) projects 125.1 req/s to
+    // 615 + 120 + 15 s, below the 30 s rate, so the rate decides:
+    // ⌈166.7 / (0.8 · 72.7)⌉ = ⌈2.86⌉ = 3, at once (no cooldown) from 1.
+    assert.equal(d.desired, Math.ceil((7 * 600 + 8 * 100) / 30 / (0.8 * HAND_CAPACITY)));
+    assert.equal(d.desired, 3);
+    assert.match(d.reason, /^up: /);
   });
 
   test("no flapping: an hour of ±5% noise around one replica's capacity changes the count at most once", () => {

@@ -33,7 +33,7 @@ describe("percentiles (linear interpolation between closest ranks, numpy's defau
     assert.equal(percentile([], 50), undefined);
     const ten = Array.from({ length: 10 }, (_, i) => (i + 1) * 10); // 10..100
     close(percentile(ten, 90), 91); // h = 8.1 → 90 + 0.1·10
-    assert.throws(() => percentile(s, 101));
+    assert.throws(() => percentile(s, 101), /^RangeError: percentile must be in \[0, 100\], got 101$/);
   });
 
   test("summarize sorts its input and reports mean and max", () => {

@@ -84,9 +84,15 @@ test("a client that disconnects mid-stream aborts its request and frees its bloc
     req.on("error", (e) => (req.destroyed ? undefined : reject(e)));
     req.end(JSON.stringify({ prompt: ids(300), max_tokens: 4000, ignore_eos: true, stream: true }));
   });
-  assert.ok(chunks >= 3);
   await waitFor(() => engine.stats().numRequestsRunning === 0 && engine.stats().numRequestsWaiting === 0);
   const s = engine.stats();
+  // Cut short: at least the streamed tokens (one per chunk), far fewer than the 4,000 an unaborted
+  // ignore_eos request generates. The rest would take ~1.5 s of wall time here; the server sees the
+  // disconnect within a poll turn (a catch-up turn runs at most 256 steps).
+  assert.ok(
+    s.generationTokens >= chunks && s.generationTokens < 1000,
+    `${s.generationTokens} tokens generated`,
+  );
   assert.equal(s.requestSuccess.abort, 1);
   assert.equal(s.kvCacheUsage, 0, "blocks are free (cached ones are evictable)");
   assert.ok(s.numCachedBlocks >= 18, `the prompt's 18 full blocks stay cached, got ${s.numCachedBlocks}`);

@@ -145,8 +145,9 @@ describe("closed loop", () => {
     const none = applyArrivals(units, planArrivals({ type: "closed", users: 3 }, 8, 1));
     assert.ok(none.every((r) => r.warmup === undefined));
     assert.throws(() => planArrivals({ type: "closed", users: 3, warmup: 1.5 }, 8, 1), /closed.warmup/);
-    assert.throws(() =>
-      resolveWorkloadSpec({ preset: "tutorial", arrival: { type: "closed", users: 3, warmup: -1 } }),
+    assert.throws(
+      () => resolveWorkloadSpec({ preset: "tutorial", arrival: { type: "closed", users: 3, warmup: -1 } }),
+      /spec\.arrival\.warmup: Too small: expected number to be >=0/,
     );
   });
 
@@ -178,7 +179,10 @@ describe("workload spec", () => {
     assert.equal(s.options["systemPromptLen"], 6000);
     assert.equal(s.seed, 42);
     assert.throws(() => resolveWorkloadSpec({ workload: "random", options: { numGroups: 3 } }), /numGroups/);
-    assert.throws(() => resolveWorkloadSpec({ workload: "random", arrival: { type: "poisson", rate: -1 } }));
+    assert.throws(
+      () => resolveWorkloadSpec({ workload: "random", arrival: { type: "poisson", rate: -1 } }),
+      /spec\.arrival\.rate \(--rate\): Too small: expected number to be >0/,
+    );
     assert.throws(() => resolveWorkloadSpec({ preset: "nope" }), /unknown preset/);
     assert.throws(() => resolveWorkloadSpec({}), /workload name/);
     assert.throws(
