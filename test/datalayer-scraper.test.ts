@@ -169,7 +169,8 @@ test("datastore: model lists decide 404 vs candidates; unknown lists count as se
   assert.deepEqual(ds.candidates("m", 0), {
     ok: false,
     kind: "no-endpoints",
-    message: "no endpoints are configured",
+    message:
+      "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or with --pool-name wait until the InferencePool has Ready pods",
   });
   ds.upsert(spec("a:1"));
   ds.upsert(spec("b:1"));

@@ -163,7 +163,11 @@ for (const [name, root] of [
       const ir = immediate(await c.waitFor(1));
       assert.equal(ir.code, 503);
       assert.equal(ir.headers["x-llm-d-request-dropped-reason"], "rejected-no-endpoints");
-      assert.match(ir.error.message, /\w/);
+      // It names the model and says where to look: the admin API's endpoint list.
+      assert.match(
+        ir.error.message,
+        /^no healthy endpoint serves model `m` \(1 unhealthy\): GET \/endpoints on the admin port/,
+      );
     });
 
     test("a model rewrite: the replica gets the target model, the client gets its own name back", async () => {

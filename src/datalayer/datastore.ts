@@ -222,7 +222,12 @@ export class Datastore {
    */
   candidates(model: string | null, now: number): CandidateOutcome {
     if (this.#records.size === 0)
-      return { ok: false, kind: "no-endpoints", message: "no endpoints are configured" };
+      return {
+        ok: false,
+        kind: "no-endpoints",
+        message:
+          "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or with --pool-name wait until the InferencePool has Ready pods",
+      };
     const serving: EndpointRecord[] = [];
     for (const rec of this.#records.values()) if (this.#serves(rec, model)) serving.push(rec);
     if (serving.length === 0)
@@ -234,7 +239,7 @@ export class Datastore {
       return {
         ok: false,
         kind: "no-endpoints",
-        message: `no healthy endpoint serves model \`${model}\` (${serving.length} unhealthy)`,
+        message: `no healthy endpoint serves model \`${model}\` (${serving.length} unhealthy): GET /endpoints on the admin port shows each one's last error; requests go through again once one answers its /metrics`,
       };
     return { ok: true, candidates: chosen.map((r) => r.state) };
   }
