@@ -170,7 +170,7 @@ test("datastore: model lists decide 404 vs candidates; unknown lists count as se
     ok: false,
     kind: "no-endpoints",
     message:
-      "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or with --pool-name wait until the InferencePool has Ready pods",
+      "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or, with Kubernetes discovery, wait until the InferencePool has Ready pods",
   });
   ds.upsert(spec("a:1"));
   ds.upsert(spec("b:1"));

@@ -226,7 +226,7 @@ export class Datastore {
         ok: false,
         kind: "no-endpoints",
         message:
-          "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or with --pool-name wait until the InferencePool has Ready pods",
+          "no endpoints are known: list the replicas with --endpoints or --endpoints-file, or, with Kubernetes discovery, wait until the InferencePool has Ready pods",
       };
     const serving: EndpointRecord[] = [];
     for (const rec of this.#records.values()) if (this.#serves(rec, model)) serving.push(rec);
