@@ -180,11 +180,31 @@ test("datastore: model lists decide 404 vs candidates; unknown lists count as se
   ds.recordModels("b:1", [{ id: "n" }]);
   c = ds.candidates("x", 0);
   assert.ok(!c.ok && c.kind === "model-not-found");
+  assert.equal(c.message, 'The model `x` does not exist. Served models: m, n; set "model" to one of them.');
   c = ds.candidates("n", 0);
   assert.ok(c.ok && c.candidates.map((e) => e.id).join() === "b:1");
   ds.reportRequestFailure("b:1", "connect", "refused", 0);
   c = ds.candidates("n", 1);
   assert.ok(!c.ok && c.kind === "no-endpoints");
+});
+
+test("datastore: the 404 names at most 10 served models, or GET /v1/models when none is listed", () => {
+  const ds = new Datastore();
+  ds.upsert(spec("a:1"));
+  ds.recordModels("a:1", []);
+  let c = ds.candidates("x", 0);
+  assert.ok(!c.ok);
+  assert.match(c.message, /^The model `x` does not exist\. .*GET \/v1\/models lists the served models/);
+  ds.recordModels(
+    "a:1",
+    Array.from({ length: 12 }, (_, i) => ({ id: `m${String(i).padStart(2, "0")}` })),
+  );
+  c = ds.candidates("x", 0);
+  assert.ok(!c.ok);
+  assert.equal(
+    c.message,
+    'The model `x` does not exist. Served models: m00, m01, m02, m03, m04, m05, m06, m07, m08, m09, …; set "model" to one of them.',
+  );
 });
 
 function metricsServer(mode: { m: "ok" | "stall" | "garbled" | "500" }, waiting = 1): Promise<FakeServer> {

@@ -25,6 +25,7 @@ import {
   responseHeaders,
   setHeaders,
   startInteropFixture,
+  startTestEpp,
   upstreamRoot,
 } from "./helpers/ext-proc-client.ts";
 import type { FakeServer } from "./helpers/gateway-fakes.ts";
@@ -167,6 +168,21 @@ for (const [name, root] of [
       assert.match(
         ir.error.message,
         /^no healthy endpoint serves model `m` \(1 unhealthy\): GET \/endpoints on the admin port/,
+      );
+    });
+
+    test("a body past --max-body-bytes gets 413 naming the limit and the flag to raise it", async (t) => {
+      const small = await startTestEpp(pool, { maxBodyBytes: 64 });
+      t.after(() => small.close());
+      const body = chatBody("a question longer than the sixty-four bytes this EPP accepts");
+      assert.ok(Buffer.byteLength(body) > 64);
+      const ir = immediate(
+        await open(small).send(requestHeaders(CHAT_PATH), requestBody(body, true)).waitFor(1),
+      );
+      assert.equal(ir.code, 413);
+      assert.match(
+        ir.error.message,
+        /^Request body too large: the limit is 64 bytes; send a smaller body, or restart kvgate with a larger --max-body-bytes$/,
       );
     });
 

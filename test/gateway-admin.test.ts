@@ -105,6 +105,10 @@ test("admin: /endpoints, /reload of endpoints and config files, /explain errors"
       body: '{"model":"m","prompt":"x"}',
     });
     assert.equal(proxied.status, 404);
+    assert.match(
+      ((await proxied.json()) as { error: { message: string } }).error.message,
+      /^No admin route for POST \/v1\/completions; use GET \/, .*\/endpoints.*, or POST \/reload or \/explain$/,
+    );
     assert.equal(
       a.requests.filter((q) => q.method === "POST").length +
         b.requests.filter((q) => q.method === "POST").length,

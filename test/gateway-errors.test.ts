@@ -76,14 +76,43 @@ function raw(port: number, data: string): Promise<string> {
 }
 
 const BAD: Array<[string, string, string, number, RegExp, string | null]> = [
-  ["/v1/completions", "POST", "not json", 400, /Invalid JSON/, null],
-  ["/v1/completions", "POST", "", 400, /Invalid JSON/, null],
-  ["/v1/completions", "POST", "[1,2]", 400, /must be a JSON object/, null],
-  ["/v1/completions", "POST", '{"prompt":"x"}', 400, /model is required/, "model"],
+  [
+    "/v1/completions",
+    "POST",
+    "not json",
+    400,
+    /^Invalid JSON in request body: .*; send one JSON object, e\.g\. \{"model": "<id>", "prompt": "hi"\}$/,
+    null,
+  ],
+  ["/v1/completions", "POST", "", 400, /^Invalid JSON.*; send one JSON object/, null],
+  [
+    "/v1/chat/completions",
+    "POST",
+    "{",
+    400,
+    /^Invalid JSON.*; send one JSON object, e\.g\. \{"model": "<id>", "messages": \[\{"role": "user"/,
+    null,
+  ],
+  ["/v1/completions", "POST", "[1,2]", 400, /^Request body must be a JSON object; send one, e\.g\./, null],
+  [
+    "/v1/completions",
+    "POST",
+    '{"prompt":"x"}',
+    400,
+    /^model is required; set "model" to a served model id \(GET \/v1\/models lists them\)$/,
+    "model",
+  ],
   ["/v1/completions", "POST", '{"model":5,"prompt":"x"}', 400, /model must be/, "model"],
   ["/v1/completions", "POST", '{"model":"  ","prompt":"x"}', 400, /model must be/, "model"],
   ["/v1/completions", "POST", '{"model":"m","prompt":"x","stream":"yes"}', 400, /stream/, "stream"],
-  ["/v1/completions", "POST", '{"model":"m"}', 400, /prompt is required/, "prompt"],
+  [
+    "/v1/completions",
+    "POST",
+    '{"model":"m"}',
+    400,
+    /^prompt is required; set "prompt" to the text to complete: a string/,
+    "prompt",
+  ],
   ["/v1/completions", "POST", '{"model":"m","prompt":{"a":1}}', 400, /prompt must be/, "prompt"],
   ["/v1/completions", "POST", '{"model":"m","prompt":[1,"a"]}', 400, /prompt must be/, "prompt"],
   ["/v1/completions", "POST", '{"model":"m","prompt":"x","max_tokens":-1}', 400, /max_tokens/, "max_tokens"],
@@ -107,11 +136,32 @@ const BAD: Array<[string, string, string, number, RegExp, string | null]> = [
     /tools/,
     "tools",
   ],
-  ["/v1/embeddings", "POST", '{"model":"m"}', 400, /input is required/, "input"],
-  ["/v1/completions", "POST", '{"model":"nope","prompt":"x"}', 404, /`nope` does not exist/, "model"],
-  ["/v1/completions", "GET", "", 405, /not allowed/, null],
-  ["/v1/models", "POST", "{}", 405, /not allowed/, null],
-  ["/v2/anything", "GET", "", 404, /No route/, null],
+  [
+    "/v1/embeddings",
+    "POST",
+    '{"model":"m"}',
+    400,
+    /^input is required; set "input" to the text to embed: a string/,
+    "input",
+  ],
+  [
+    "/v1/completions",
+    "POST",
+    '{"model":"nope","prompt":"x"}',
+    404,
+    /^The model `nope` does not exist\. Served models: m; set "model" to one of them\.$/,
+    "model",
+  ],
+  ["/v1/completions", "GET", "", 405, /^Method GET is not allowed on \/v1\/completions; use POST$/, null],
+  ["/v1/models", "POST", "{}", 405, /^Method POST is not allowed on \/v1\/models; use GET$/, null],
+  [
+    "/v2/anything",
+    "GET",
+    "",
+    404,
+    /^No route for GET \/v2\/anything; use POST \/v1\/completions, \/v1\/chat\/completions or \/v1\/embeddings, or GET \/v1\/models or \/health/,
+    null,
+  ],
   ["/endpoints", "GET", "", 404, /No route/, null],
   ["/explain", "POST", '{"model":"m","prompt":"x"}', 404, /No route/, null],
   ["/reload", "POST", "", 404, /No route/, null],
@@ -150,7 +200,10 @@ test("every bad input gets its status and an OpenAI error; the admin API is not 
       `POST /v1/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n${chunk}${chunk}`,
     );
     assert.match(chunked, /^HTTP\/1\.1 413 /);
-    assert.match(chunked, /limit is 1024 bytes/);
+    assert.match(
+      chunked,
+      /limit is 1024 bytes \(body\); send a smaller body, or restart kvgate with a larger --max-body-bytes/,
+    );
     // Still up and serving.
     const ok = await call(`${gw.url}/v1/completions`, "POST", '{"model":"m","prompt":"x"}');
     assert.deepEqual([ok.status, ok.text], [200, '{"ok":true}']);
@@ -180,6 +233,11 @@ test("no available endpoint → 503 rejected-no-endpoints; shed sheddable → 42
     const r = await call(`${gw1.url}/v1/completions`, "POST", '{"model":"m","prompt":"x"}');
     assertOpenAIError(r, 503);
     assert.equal(r.headers["x-llm-d-request-dropped-reason"], "rejected-no-endpoints");
+    const models = await call(`${gw1.url}/v1/models`, "GET");
+    assert.match(
+      assertOpenAIError(models, 503).message,
+      /^no endpoint is available; wait for a replica to become ready \(GET \/endpoints on the admin port/,
+    );
   } finally {
     await gw1.close();
     await sick.close();
@@ -201,6 +259,10 @@ test("no available endpoint → 503 rejected-no-endpoints; shed sheddable → 42
     const shed = await call(`${gw2.url}/v1/completions`, "POST", '{"model":"m","prompt":"x"}');
     const e = assertOpenAIError(shed, 429);
     assert.equal(e.type, "RateLimitError");
+    assert.match(
+      e.message,
+      /^system saturated, sheddable request dropped; retry with backoff, or send it under an objective with priority ≥ 0/,
+    );
     assert.equal(shed.headers["x-llm-d-request-dropped-reason"], "rejected-saturated");
     // A known objective with priority ≥ 0 is admitted (and the header is not forwarded).
     const kept = await call(`${gw2.url}/v1/completions`, "POST", '{"model":"m","prompt":"x"}', {

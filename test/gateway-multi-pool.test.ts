@@ -95,6 +95,25 @@ test("an unknown model gets vLLM's 404 naming the served models", async () => {
   assert.match(metrics, /kvgate_front_door_requests_total\{pool="pool-a"\} [1-9]/);
 });
 
+test("an unknown route gets a 404, a wrong method a 405, each naming what to use", async () => {
+  const none = await fetch(`${main.url}/v2/anything`);
+  assert.equal(none.status, 404);
+  assert.match(
+    ((await none.json()) as Json).error.message,
+    /^No route for GET \/v2\/anything; use POST \/v1\/completions, \/v1\/chat\/completions or \/v1\/embeddings, or GET \/v1\/models or \/health/,
+  );
+  const get = await fetch(`${main.url}/v1/chat/completions`);
+  assert.equal(get.status, 405);
+  assert.equal(get.headers.get("allow"), "POST");
+  assert.equal(
+    ((await get.json()) as Json).error.message,
+    "Method GET is not allowed on /v1/chat/completions; use POST",
+  );
+  const post = await fetch(`${main.url}/health`, { method: "POST", body: "{}" });
+  assert.equal(post.status, 405);
+  assert.equal(((await post.json()) as Json).error.message, "Method POST is not allowed on /health; use GET");
+});
+
 test("a 70/30 rewrite splits 1,000 requests within 2% of its weights", { timeout: 120_000 }, async () => {
   const a0 = sum(poolA);
   const b0 = sum(poolB);

@@ -212,6 +212,17 @@ export class Datastore {
     rec.probationUntil = 0;
   }
 
+  /** "Served models: a, b; set …" from the replicas' scraped lists (at most 10 names), for a 404. */
+  #servedModelsAdvice(): string {
+    const ids = new Set<string>();
+    for (const rec of this.#records.values()) for (const id of rec.modelIds ?? []) ids.add(id);
+    if (ids.size === 0)
+      return 'No replica lists a model yet; GET /v1/models lists the served models, set "model" to one of them.';
+    const sorted = [...ids].sort();
+    const shown = sorted.length > 10 ? [...sorted.slice(0, 10), "…"] : sorted;
+    return `Served models: ${shown.join(", ")}; set "model" to one of them.`;
+  }
+
   #serves(rec: EndpointRecord, model: string | null): boolean {
     return model === null || rec.modelIds === null || rec.modelIds.has(model);
   }
@@ -231,7 +242,11 @@ export class Datastore {
     const serving: EndpointRecord[] = [];
     for (const rec of this.#records.values()) if (this.#serves(rec, model)) serving.push(rec);
     if (serving.length === 0)
-      return { ok: false, kind: "model-not-found", message: `The model \`${model}\` does not exist.` };
+      return {
+        ok: false,
+        kind: "model-not-found",
+        message: `The model \`${model}\` does not exist. ${this.#servedModelsAdvice()}`,
+      };
     const up = serving.filter((r) => r.health !== "unhealthy");
     const ready = up.filter((r) => r.probationUntil <= now);
     const chosen = ready.length > 0 ? ready : up;

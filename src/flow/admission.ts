@@ -38,7 +38,8 @@ export class Admission {
       admitted: false,
       status: 429,
       reason: "rejected-saturated",
-      message: "system saturated, sheddable request dropped",
+      message:
+        "system saturated, sheddable request dropped; retry with backoff, or send it under an objective with priority ≥ 0 (name its InferenceObjective in the x-llm-d-inference-objective header)",
       saturation,
     };
   }

@@ -112,7 +112,13 @@ async function run(gw: Gateway, req: IncomingMessage, res: ServerResponse): Prom
       return explain(gw, req, res, url);
   }
   req.resume();
-  sendError(res, new GatewayError(404, `No admin route for ${req.method} ${url.pathname}`));
+  sendError(
+    res,
+    new GatewayError(
+      404,
+      `No admin route for ${req.method} ${url.pathname}; use GET /, /dashboard/events, /health, /endpoints, /autoscale, /flows, /metrics or /config, or POST /reload or /explain`,
+    ),
+  );
 }
 
 /** Picks the API route: `?path=/v1/...`, else from the body's shape. */

@@ -84,10 +84,27 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
 }
 
 function tooLarge(limit: number, what: string): GatewayError {
-  return new GatewayError(413, `Request body too large: the limit is ${limit} bytes (${what})`, {
-    headers: { connection: "close" },
-  });
+  return new GatewayError(
+    413,
+    `Request body too large: the limit is ${limit} bytes (${what}); send a smaller body, or restart kvgate with a larger --max-body-bytes`,
+    { headers: { connection: "close" } },
+  );
 }
+
+/** A minimal valid body for the route, quoted in 400s so the client sees the expected shape. */
+const EXAMPLE_BODY: Record<ApiRoute, string> = {
+  completions: '{"model": "<id>", "prompt": "hi"}',
+  chat: '{"model": "<id>", "messages": [{"role": "user", "content": "hi"}]}',
+  embeddings: '{"model": "<id>", "input": "hi"}',
+};
+
+/** What the required prompt field of a completions or embeddings body holds. */
+const PROMPT_FIELD: Record<"prompt" | "input", string> = {
+  prompt:
+    'set "prompt" to the text to complete: a string, an array of strings, an array of token ids or an array of token-id arrays',
+  input:
+    'set "input" to the text to embed: a string, an array of strings, an array of token ids or an array of token-id arrays',
+};
 
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
@@ -139,11 +156,18 @@ export function parseRequestBody(route: ApiRoute, raw: Buffer | string): ParsedR
   try {
     body = JSON.parse(typeof raw === "string" ? raw : raw.toString("utf8"));
   } catch (err) {
-    throw badRequest(`Invalid JSON in request body: ${(err as Error).message}`);
+    throw badRequest(
+      `Invalid JSON in request body: ${(err as Error).message}; send one JSON object, e.g. ${EXAMPLE_BODY[route]}`,
+    );
   }
-  if (!isRecord(body)) throw badRequest("Request body must be a JSON object");
+  if (!isRecord(body))
+    throw badRequest(`Request body must be a JSON object; send one, e.g. ${EXAMPLE_BODY[route]}`);
   const model = body.model;
-  if (model === undefined || model === null) throw badRequest("model is required", "model");
+  if (model === undefined || model === null)
+    throw badRequest(
+      'model is required; set "model" to a served model id (GET /v1/models lists them)',
+      "model",
+    );
   if (typeof model !== "string" || model.trim() === "")
     throw badRequest("model must be a non-empty string", "model");
   const stream = body.stream ?? false;
@@ -158,7 +182,8 @@ export function parseRequestBody(route: ApiRoute, raw: Buffer | string): ParsedR
     }
   } else {
     const key = route === "embeddings" ? "input" : "prompt";
-    if (body[key] === undefined || body[key] === null) throw badRequest(`${key} is required`, key);
+    if (body[key] === undefined || body[key] === null)
+      throw badRequest(`${key} is required; ${PROMPT_FIELD[key]}`, key);
     prompt = checkPrompt(body[key], key);
   }
   const out: ParsedRequest = { route, model, stream, prompt, json: body };

@@ -36,6 +36,10 @@ const ROUTES: Record<string, ApiRoute> = {
   "/v1/embeddings": "embeddings",
 };
 
+/** The public routes, named in a 404 so the client sees what this port serves. */
+const SERVED_ROUTES =
+  "use POST /v1/completions, /v1/chat/completions or /v1/embeddings, or GET /v1/models or /health (the admin API is on the admin port)";
+
 export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerResponse): void {
   const path = (req.url ?? "/").split("?")[0];
   const route = ROUTES[path];
@@ -77,11 +81,12 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
     return;
   }
   const known = route !== undefined || path === "/v1/models";
+  const allow = route ? "POST" : "GET";
   const err = known
-    ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}`, {
-        headers: { allow: route ? "POST" : "GET" },
+    ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}; use ${allow}`, {
+        headers: { allow },
       })
-    : new GatewayError(404, `No route for ${req.method} ${path}`);
+    : new GatewayError(404, `No route for ${req.method} ${path}; ${SERVED_ROUTES}`);
   sendError(res, err);
   req.resume();
   done(err.status, err.status === 404 ? "not-found" : "bad-request");
@@ -130,7 +135,9 @@ async function proxyRequest(
   };
   if (gw.draining)
     return reject(
-      new GatewayError(503, "the gateway is shutting down", { reason: "rejected-shutting-down" }),
+      new GatewayError(503, "the gateway is shutting down; retry on another replica", {
+        reason: "rejected-shutting-down",
+      }),
       "rejected",
     );
   if (gw.active >= gw.opts.maxConcurrentRequests) {
@@ -295,7 +302,10 @@ async function proxyRequest(
     case "exhausted": {
       const detail = out.failures.map((f) => `${f.endpoint}: ${f.message}`).join("; ");
       return fail(
-        new GatewayError(503, `all ${out.failures.length} endpoint attempt(s) failed: ${detail}`),
+        new GatewayError(
+          503,
+          `all ${out.failures.length} endpoint attempt(s) failed: ${detail}; retry with backoff, and check the replicas with GET /endpoints on the admin port`,
+        ),
         "all-attempts-failed",
       );
     }
@@ -321,7 +331,14 @@ export async function servedModelCards(gw: Gateway): Promise<Array<{ id: string 
 async function listModels(gw: Gateway, res: ServerResponse): Promise<void> {
   const data = await servedModelCards(gw);
   if (data.length === 0 && gw.data.store.readyCount(monotonicSeconds()) === 0) {
-    sendError(res, new GatewayError(503, "no endpoint is available", { reason: "rejected-no-endpoints" }));
+    sendError(
+      res,
+      new GatewayError(
+        503,
+        "no endpoint is available; wait for a replica to become ready (GET /endpoints on the admin port shows each one's last error)",
+        { reason: "rejected-no-endpoints" },
+      ),
+    );
     return;
   }
   const body = JSON.stringify({ object: "list", data });

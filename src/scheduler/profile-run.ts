@@ -49,7 +49,8 @@ export class ProfileRun implements ProfileResult {
         for (const e of eps) if (!kept.has(e)) this.#removedBy.set(e.id, f.typedName.name);
       }
       eps = next;
-      if (eps.length === 0) this.failure = `filter "${f.typedName.name}" removed every candidate`;
+      if (eps.length === 0)
+        this.failure = `filter "${f.typedName.name}" removed every candidate; retry later, or check that the endpoints match this filter (POST /explain on the admin port shows which filter removed each one)`;
     }
     this.#eps = eps;
     const n = eps.length;

@@ -208,7 +208,10 @@ export class ProcessStream {
       const limit = this.#ctx.maxBodyBytes;
       if (this.#body.bytes + chunk.length > limit)
         return this.#reject(
-          new GatewayError(413, `Request body too large: the limit is ${limit} bytes (--max-body-bytes)`),
+          new GatewayError(
+            413,
+            `Request body too large: the limit is ${limit} bytes; send a smaller body, or restart kvgate with a larger --max-body-bytes`,
+          ),
         );
       this.#body.push(chunk);
     }

@@ -44,6 +44,9 @@ export interface MultiPoolHandle {
 }
 
 const ROUTE_PATHS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/embeddings"]);
+/** The public routes, named in a 404 so the client sees what this port serves. */
+const SERVED_ROUTES =
+  "use POST /v1/completions, /v1/chat/completions or /v1/embeddings, or GET /v1/models or /health (the admin API is on the admin port)";
 
 export class MultiPoolFront {
   readonly live: LivePools;
@@ -128,7 +131,9 @@ export class MultiPoolFront {
         return this.#reject(
           res,
           "shutting-down",
-          new GatewayError(503, "the gateway is shutting down", { reason: "rejected-shutting-down" }),
+          new GatewayError(503, "the gateway is shutting down; retry on another replica", {
+            reason: "rejected-shutting-down",
+          }),
         );
       }
       let body: Buffer;
@@ -155,14 +160,15 @@ export class MultiPoolFront {
     if (path === "/v1/models" && req.method === "GET") return this.#models(res);
     req.resume();
     const known = route !== null || path === "/v1/models" || path === "/health";
+    const allow = route ? "POST" : "GET";
     this.#reject(
       res,
       known ? "method" : "no-route",
       known
-        ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}`, {
-            headers: { allow: route ? "POST" : "GET" },
+        ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}; use ${allow}`, {
+            headers: { allow },
           })
-        : new GatewayError(404, `No route for ${req.method} ${path}`),
+        : new GatewayError(404, `No route for ${req.method} ${path}; ${SERVED_ROUTES}`),
     );
   }
 

@@ -181,14 +181,17 @@ async function handle(s: Sidecar, req: IncomingMessage, res: ServerResponse): Pr
         res,
         new GatewayError(
           403,
-          `prefill target ${JSON.stringify(target)} is not allowed by SSRF protection: it is not an endpoint of the pool`,
+          `prefill target ${JSON.stringify(target)} is not allowed by SSRF protection: it is not an endpoint of the pool; set ${PREFILLER_HEADER} to the host:port of one of the pool's endpoints`,
         ),
       );
     }
     if (id === "")
       return sendError(
         res,
-        new GatewayError(400, `${PREFILLER_HEADER} ${JSON.stringify(target)} is not host:port`),
+        new GatewayError(
+          400,
+          `${PREFILLER_HEADER} ${JSON.stringify(target)} is not host:port; give host:port or [ipv6]:port, e.g. 10.0.0.7:8000`,
+        ),
       );
     let parsed: unknown;
     try {
