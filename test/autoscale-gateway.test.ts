@@ -190,6 +190,37 @@ describe("gateway autoscaling", () => {
     }
   });
 
+  test("a bad autoscale config file is an error naming the field and saying what to do", () => {
+    const dir = mkdtempSync(join(tmpdir(), "kvgate-as-"));
+    const load = (text: string) => {
+      const file = join(dir, "autoscale.yaml");
+      writeFileSync(file, text);
+      return () => loadAutoscaleConfig(file);
+    };
+    const pool = "{ name: p, profile: llama-3.1-8b-h100, min: 1, max: 2";
+    const rest = "slo: { ttft: 2, itl: 0.05 }\nstartupDelay: 30\n";
+    assert.throws(
+      load(`pools: [${pool}, replicas: 3 }]\n${rest}`),
+      /autoscale\.yaml: pools\.0\.replicas: unknown field; allowed: name, role, profile, min, max, maxNumSeqs, .*, accelerator$/,
+    );
+    assert.throws(
+      load(`pools: [${pool} }]\n${rest}slos: 1\n`),
+      /autoscale\.yaml: slos: unknown field; allowed: pools, namespace, slo, startupDelay, .*, actuate$/,
+    );
+    assert.throws(
+      load(`pools: [${pool} }]\nslo: { ttft: 2, itl: 0.05, p99: true }\nstartupDelay: 30\n`),
+      /slo\.p99: unknown field; allowed: ttft, itl, attainment$/,
+    );
+    assert.throws(
+      load(`pools: [{ name: p, profile: llama-3.1-8b-h100, min: 3, max: 2 }]\n${rest}`),
+      /pool p: min 3 > max 2; make min ≤ max$/,
+    );
+    assert.throws(
+      () => loadAutoscaleConfig(join(dir, "absent.yaml")),
+      /absent\.yaml: ENOENT.*; check the path$/,
+    );
+  });
+
   test("deploy/autoscale: the example config loads, and the HPA and KEDA select the series it exports", async () => {
     const cm = parse(readFileSync("deploy/autoscale/autoscale-config.yaml", "utf8")) as {
       data: Record<string, string>;

@@ -49,6 +49,26 @@ test("host:port parsing rejects malformed addresses with the location in the mes
   }
 });
 
+test("a host that is not a hostname or IPv4 says how to write it", () => {
+  for (const [bad, advice] of [
+    ["http://127.0.0.1:8000", 'write host:port without the "http://" scheme, e.g. 127.0.0.1:8000'],
+    ["http://127.0.0.1:8000/v1", 'without the "http://" scheme'],
+    ["h/v1:8000", "write host:port without a path"],
+    ["::1:8000", "write an IPv6 address in brackets, e.g. [::1]:8000"],
+    ["a_b:80", "use a hostname (letters, digits, '-' and '.') or an IPv4 address"],
+  ]) {
+    assert.throws(
+      () => parseEndpointList(bad),
+      (e: Error) =>
+        e instanceof EndpointConfigError &&
+        e.message.startsWith("--endpoints[0]: ") &&
+        e.message.includes(" is not a valid hostname or IPv4; ") &&
+        e.message.includes(advice),
+      bad,
+    );
+  }
+});
+
 test("--endpoints list: trims, skips empty items, rejects duplicates and empty lists", () => {
   const l = parseEndpointList("127.0.0.1:8001, 127.0.0.1:8002,");
   assert.deepEqual(
@@ -142,7 +162,10 @@ function tmpFile(text: string): { dir: string; path: string } {
 }
 
 test("a missing or bad endpoints file fails at startup", () => {
-  assert.throws(() => EndpointSource.fromFile("/nonexistent/kvgate/eps.yaml"), /cannot read endpoints file/);
+  assert.throws(
+    () => EndpointSource.fromFile("/nonexistent/kvgate/eps.yaml"),
+    /cannot read endpoints file: ENOENT.*; check the path$/,
+  );
   const { dir, path } = tmpFile("- address: nope");
   try {
     assert.throws(() => EndpointSource.fromFile(path), /is not host:port/);

@@ -196,7 +196,24 @@ autoscale:
     assert.throws(
       () =>
         parseAutoscaleScenario(`${base}  pools: [{ name: v, min: 1, max: 2, initial: 1, surge: 2 }]\n`, FILE),
-      /autoscale\.pools\.0\.surge: unknown field/,
+      /autoscale\.pools\.0\.surge: unknown field; allowed: name, min, max, initial$/,
+    );
+    assert.throws(
+      () =>
+        parseAutoscaleScenario(
+          `${base}  pools: [{ name: v, min: 1, max: 2, initial: 1 }]\n  burst: 1\n`,
+          FILE,
+        ),
+      /: autoscale\.burst: unknown field; allowed: startupDelay, sampleInterval, pools, slo, policies, curve, window$/,
+    );
+    assert.throws(
+      () =>
+        parseAutoscaleScenario(
+          base.replace("to: 2 }", "to: 2, peak: 3 }") +
+            "  pools: [{ name: v, min: 1, max: 2, initial: 1 }]\n",
+          FILE,
+        ),
+      /autoscale\.curve\.peak: unknown field; allowed: type, duration, from, to, step$/,
     );
     assert.throws(
       () => parseAutoscaleScenario(`${base}  pools: [{ name: v, min: 2, max: 3, initial: 1 }]\n`, FILE),

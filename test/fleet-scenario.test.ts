@@ -65,9 +65,23 @@ describe("scenario files", () => {
   it("names the field in every error", () => {
     fails(
       yaml({ fleet: "{ replica: 2, replicas: 2, profile: llama-3.1-8b-h100 }" }),
-      /fleet\.replica: unknown field/,
+      /fleet\.replica: unknown field; allowed: replicas, profile, kvTokens, .*, pools, sharedStorage$/,
     );
-    fails(yaml({ extra: "scrapeIntervalMS: 50" }), /scrapeIntervalMS: unknown field/);
+    fails(
+      yaml({ extra: "scrapeIntervalMS: 50" }),
+      /scrapeIntervalMS: unknown field; allowed: name, description, seed, fleet, routers, workload, .*scrapeIntervalMs,/,
+    );
+    fails(
+      yaml({
+        routers:
+          "[{ name: a, config: x.yaml, fleet: { pools: [{ replicas: 1, profile: p, rol: decode }] } }]",
+      }),
+      /routers\[0\]\.fleet\.pools\[0\]\.rol: unknown field; allowed: role, replicas, profile,/,
+    );
+    fails(
+      yaml({ workload: "{ preset: tutorial, arrival: { type: gamma, rate: 1, burstiness: 2, burst: 2 } }" }),
+      /workload\.arrival\.burst: unknown field; allowed: type, rate, burstiness$/,
+    );
     fails(yaml({ fleet: "{ replicas: two, profile: llama-3.1-8b-h100 }" }), /fleet\.replicas:/);
     fails(yaml({ fleet: "{ replicas: 0, profile: llama-3.1-8b-h100 }" }), /fleet\.replicas:/);
     fails(
@@ -90,7 +104,7 @@ describe("scenario files", () => {
         routers:
           "[{ name: a, config: ../config/examples/random.yaml }, { name: a, config: ../config/examples/random.yaml }]",
       }),
-      /routers\[1\]\.name: duplicate router name "a"/,
+      /routers\[1\]\.name: duplicate router name "a"; give each router its own name$/,
     );
     fails(yaml({ routers: "[{ name: a, config: nowhere.yaml }]" }), /routers\[0\]\.config: cannot read/);
     fails(yaml({ routers: "[{ name: 'a b', config: x.yaml }]" }), /routers\[0\]\.name:/);

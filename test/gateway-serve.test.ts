@@ -137,7 +137,10 @@ test("kvgate serve: bad flags, endpoints or config exit 2 with a message naming 
       [["serve", "--endpoints", "a:99999"], /port "99999"/],
       [["serve", "--endpoints-file", badEps], /endpoints\[0\]\.address: "nohost" is not host:port/],
       [["serve", "--endpoints", "a:1", "--config", badCfg, "--port", "0", "--admin-port", "0"], /nope/],
-      [["serve", "--endpoints", "a:1", "--config", join(dir, "missing.yaml")], /--config .*missing\.yaml/],
+      [
+        ["serve", "--endpoints", "a:1", "--config", join(dir, "missing.yaml")],
+        /--config .*missing\.yaml: ENOENT.*; check the path/,
+      ],
       [["serve", "--endpoints", "a:1", "--max-body-bytes", "0"], /--max-body-bytes/],
     ];
     for (const [args, re] of cases) {

@@ -341,7 +341,7 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
       "profile-handler",
     ));
   it("invalid YAML and bad feature gates", () => {
-    rejects("plugins: [\n", "invalid YAML");
+    rejects("plugins: [\n", "invalid YAML", "; fix the YAML at the line shown");
     rejects(`${HEAD}featureGates: flowControl\nplugins:\n- type: random-picker\n`, "featureGates");
   });
   it("bad InferenceObjective", () =>
@@ -350,6 +350,17 @@ describe("bad configs are ConfigErrors naming the culprit", () => {
       '"x"',
       "priority",
     ));
+});
+
+it("a config with no EndpointPickerConfig document says how to add one", () => {
+  for (const text of [
+    "",
+    `apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: { name: x }\nspec: { priority: 1 }\n`,
+  ])
+    rejects(
+      text,
+      "config: no EndpointPickerConfig document found; add one with apiVersion: llm-d.ai/v1alpha1 and kind: EndpointPickerConfig (config/examples/default.yaml is one)",
+    );
 });
 
 it("an alias to an unset anchor is a ConfigError naming the YAML problem, not a ReferenceError", () => {

@@ -274,8 +274,9 @@ test("hf: chat_template.jinja and generation_config.json fallbacks; no template 
   const custom = await loadHfTokenizer({ ...paths, chatTemplatePath: join(dir, "custom.jinja") });
   assert.equal(custom.applyChatTemplate([{ role: "user", content: "x" }, { role: "user" }]), "custom:2");
   const absent = join(dir, "absent.jinja");
-  await assert.rejects(loadHfTokenizer({ ...paths, chatTemplatePath: absent }), (e: Error) =>
-    e.message.includes(absent),
+  await assert.rejects(
+    loadHfTokenizer({ ...paths, chatTemplatePath: absent }),
+    (e: Error) => e.message.includes(absent) && e.message.endsWith("; check the path"),
   );
   const noTemplate = await loadHfTokenizer(plain);
   assert.throws(() => noTemplate.applyChatTemplate([{ role: "user", content: "x" }]), /no chat template/);
@@ -285,8 +286,11 @@ test("hf: missing or invalid files give errors naming the path", async (t) => {
   const dir = await fixtureDir({ "tokenizer.json": "{ not json", "other.json": { model: 1 } });
   t.after(() => rm(dir, { recursive: true, force: true }));
   const missing = join(dir, "nope");
-  await assert.rejects(loadHfTokenizer(missing), (e: Error) =>
-    e.message.includes(join(missing, "tokenizer.json")),
+  await assert.rejects(
+    loadHfTokenizer(missing),
+    (e: Error) =>
+      e.message.includes(join(missing, "tokenizer.json")) &&
+      e.message.endsWith("; give --tokenizer a directory holding tokenizer.json, or leave --tokenizer out"),
   );
   await assert.rejects(
     loadHfTokenizer(dir),

@@ -218,7 +218,9 @@ export function registerSimReplica(program: Command): Command {
       return;
     }
     if (modelTag && flags.model && modelTag !== flags.model)
-      cmd.error("error: model given both as argument and --model, with different values", { exitCode: 2 });
+      cmd.error("error: model given both as argument and --model, with different values; give it once", {
+        exitCode: 2,
+      });
     const settings: ReplicaSettings = {
       host: flags.host,
       port: flags.port,

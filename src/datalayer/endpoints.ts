@@ -35,6 +35,15 @@ const HOSTNAME =
   /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$/;
 const IPV6 = /^[0-9A-Fa-f:.]+$/;
 
+/** What to do about a host part that is not a hostname or IPv4 address. */
+function hostAdvice(host: string): string {
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(host)?.[0];
+  if (scheme !== undefined) return `write host:port without the "${scheme}" scheme, e.g. 127.0.0.1:8000`;
+  if (host.includes("/")) return "write host:port without a path, e.g. 127.0.0.1:8000";
+  if (host.includes(":")) return "write an IPv6 address in brackets, e.g. [::1]:8000";
+  return "use a hostname (letters, digits, '-' and '.') or an IPv4 address, e.g. 127.0.0.1:8000";
+}
+
 /** Parses "host:port" or "[v6]:port"; throws EndpointConfigError naming `where`. */
 export function parseHostPort(text: string, where: string): { host: string; port: number; id: string } {
   const s = text.trim();
@@ -55,7 +64,9 @@ export function parseHostPort(text: string, where: string): { host: string; port
     host = s.slice(0, colon);
     portText = s.slice(colon + 1);
     if (!HOSTNAME.test(host))
-      throw new EndpointConfigError(`${where}: "${host}" is not a valid hostname or IPv4`);
+      throw new EndpointConfigError(
+        `${where}: "${host}" is not a valid hostname or IPv4; ${hostAdvice(host)}`,
+      );
   }
   const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN;
   if (!(port >= 1 && port <= 65535))
@@ -234,7 +245,9 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
     try {
       text = readFileSync(abs, "utf8");
     } catch (err) {
-      throw new EndpointConfigError(`${path}: cannot read endpoints file: ${(err as Error).message}`);
+      throw new EndpointConfigError(
+        `${path}: cannot read endpoints file: ${(err as Error).message}; check the path`,
+      );
     }
     const src = new EndpointSource(
       parseEndpointsFile(text, path),
@@ -259,7 +272,9 @@ export class EndpointSource extends EventEmitter<EndpointSourceEvents> {
       text = readFileSync(this.path, "utf8");
     } catch (err) {
       return this.#fail(
-        new EndpointConfigError(`${this.path}: cannot read endpoints file: ${(err as Error).message}`),
+        new EndpointConfigError(
+          `${this.path}: cannot read endpoints file: ${(err as Error).message}; check the path`,
+        ),
       );
     }
     if (text === this.#lastText) return { ok: true, diff: none };

@@ -15,13 +15,21 @@ export type HfTokenizerSource =
 
 type Json = Record<string, unknown>;
 
-async function readJson(path: string, required: boolean): Promise<Json | undefined> {
+/** What to do when a model directory's tokenizer.json cannot be read (serve, epp, sim replicas). */
+const DIR_ADVICE = "give --tokenizer a directory holding tokenizer.json, or leave --tokenizer out";
+
+/** `advice` (what to do) follows a read error after "; ". */
+async function readJson(
+  path: string,
+  required: boolean,
+  advice = "check the path",
+): Promise<Json | undefined> {
   let text: string;
   try {
     text = await readFile(path, "utf8");
   } catch (e) {
     if (!required && (e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw new Error(`tokenizer: cannot read ${path}: ${(e as Error).message}`);
+    throw new Error(`tokenizer: cannot read ${path}: ${(e as Error).message}; ${advice}`);
   }
   let parsed: unknown;
   try {
@@ -40,7 +48,7 @@ async function readOptionalText(path: string, required: boolean): Promise<string
     return await readFile(path, "utf8");
   } catch (e) {
     if (!required && (e as NodeJS.ErrnoException).code === "ENOENT") return undefined;
-    throw new Error(`tokenizer: cannot read ${path}: ${(e as Error).message}`);
+    throw new Error(`tokenizer: cannot read ${path}: ${(e as Error).message}; check the path`);
   }
 }
 
@@ -74,7 +82,7 @@ export async function loadHfTokenizer(src: HfTokenizerSource): Promise<Tokenizer
   const configPath = typeof src === "string" ? join(src, "tokenizer_config.json") : src.tokenizerConfigPath;
   const explicitConfig = typeof src !== "string" && src.tokenizerConfigPath !== undefined;
 
-  const tokJson = await readJson(jsonPath, true);
+  const tokJson = await readJson(jsonPath, true, typeof src === "string" ? DIR_ADVICE : undefined);
   const config = (configPath ? await readJson(configPath, explicitConfig) : undefined) ?? {};
   if (tokJson && !Array.isArray(tokJson.added_tokens)) tokJson.added_tokens = [];
 

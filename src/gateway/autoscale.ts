@@ -23,6 +23,7 @@ import type { PoolDecision, PoolRole, PoolSample, TrafficSample } from "../autos
 import type { Datastore } from "../datalayer/datastore.ts";
 import { ROLE_LABEL } from "../scheduler/plugins/filters/labels.ts";
 import type { RequestFacts } from "../scheduler/types.ts";
+import { allowedSuffix } from "../scheduler/zod-keys.ts";
 import { loadProfile } from "../sim/profiles.ts";
 import type { ScaleActuator, ScaleTarget } from "./autoscale-actuator.ts";
 
@@ -58,21 +59,32 @@ export type AutoscaleFileConfig = z.infer<typeof ConfigSchema>;
 
 /** Reads and checks an autoscale config file; an error names the field and the file. */
 export function loadAutoscaleConfig(file: string, cwd = process.cwd()): AutoscaleFileConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new Error(`autoscale config ${file}: ${(err as Error).message}; check the path`);
+  }
   let raw: unknown;
   try {
-    raw = parseYaml(readFileSync(file, "utf8"));
+    raw = parseYaml(text);
   } catch (err) {
     throw new Error(`autoscale config ${file}: ${(err as Error).message}`);
   }
   const r = ConfigSchema.safeParse(raw);
   if (!r.success) {
     const i = r.error.issues[0];
-    const key = i.code === "unrecognized_keys" ? `.${i.keys[0]}: unknown field` : `: ${i.message}`;
-    throw new Error(`autoscale config ${file}: ${i.path.join(".")}${key}`);
+    const where =
+      i.code === "unrecognized_keys"
+        ? `${[...i.path, i.keys[0]].join(".")}: unknown field${allowedSuffix(ConfigSchema, i.path, raw)}`
+        : `${i.path.join(".")}: ${i.message}`;
+    throw new Error(`autoscale config ${file}: ${where}`);
   }
   for (const p of r.data.pools) {
     if (p.min > p.max)
-      throw new Error(`autoscale config ${file}: pool ${p.name}: min ${p.min} > max ${p.max}`);
+      throw new Error(
+        `autoscale config ${file}: pool ${p.name}: min ${p.min} > max ${p.max}; make min ≤ max`,
+      );
     loadProfile(p.profile, { cwd });
   }
   return r.data;

@@ -491,6 +491,6 @@ function readConfig(path: string): string {
   try {
     return readFileSync(path, "utf8");
   } catch (err) {
-    throw new Error(`--config ${path}: ${(err as Error).message}`);
+    throw new Error(`--config ${path}: ${(err as Error).message}; check the path`);
   }
 }

@@ -38,7 +38,7 @@ export function loadModelObjectives(path: string): ModelObjectives {
   try {
     text = readFileSync(path, "utf8");
   } catch (err) {
-    throw new Error(`--model-objectives ${path}: ${(err as Error).message}`);
+    throw new Error(`--model-objectives ${path}: ${(err as Error).message}; check the path`);
   }
   return parseModelObjectives(text, path);
 }

@@ -83,7 +83,8 @@ export function parseConfigText(text: string, warnings: string[]): RawConfig {
   const objectives: Record<string, number> = {};
   docs.forEach((d, i) => {
     const where = `config document ${i + 1}`;
-    if (d.errors.length > 0) throw new ConfigError(`${where}: invalid YAML: ${d.errors[0].message}`);
+    if (d.errors.length > 0)
+      throw new ConfigError(`${where}: invalid YAML: ${d.errors[0].message}; fix the YAML at the line shown`);
     let v: unknown;
     try {
       v = d.toJS();
@@ -105,7 +106,10 @@ export function parseConfigText(text: string, warnings: string[]): RawConfig {
     if (epc !== null) throw new ConfigError(`${where}: a second EndpointPickerConfig; give exactly one`);
     epc = v;
   });
-  if (epc === null) throw new ConfigError("config: no EndpointPickerConfig document found");
+  if (epc === null)
+    throw new ConfigError(
+      `config: no EndpointPickerConfig document found; add one with apiVersion: ${API_VERSION} and kind: ${KIND} (config/examples/default.yaml is one)`,
+    );
   return { ...parseEndpointPickerConfig(epc, warnings), objectives };
 }
 

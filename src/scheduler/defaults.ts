@@ -10,7 +10,7 @@
  *   5. no profile handler → single-profile-handler; no saturation detector → utilization-detector.
  */
 import { stringify } from "yaml";
-import type { ZodError, ZodType } from "zod";
+import type { ZodError } from "zod";
 import { resolveFlowControl } from "../flow/flow-config.ts";
 import type { FlowControlSettings } from "../flow/flow-control.ts";
 import type { RawConfig, RawPlugin } from "./config.ts";
@@ -19,6 +19,7 @@ import { LEGACY_PARAMS, LEGACY_TYPES } from "./legacy-config.ts";
 import type { Need, PluginKind, PluginSpec } from "./plugin-spec.ts";
 import type { PluginRegistry } from "./registry.ts";
 import { didYouMean } from "./suggest.ts";
+import { allowedKeys } from "./zod-keys.ts";
 
 export interface EffectivePlugin {
   type: string;
@@ -213,15 +214,15 @@ function parsePlugin(
       warnings.push(`${who}: parameter "${k}" is deprecated; use ${replacement}`);
   }
   const r = s.params.safeParse(p.parameters);
-  if (!r.success) throw new ConfigError(`${who}: ${formatIssues(r.error, s)}`);
+  if (!r.success) throw new ConfigError(`${who}: ${formatIssues(r.error, s, p.parameters)}`);
   return { type: p.type, name: p.name, kind: s.kind, parameters: { ...r.data }, origin };
 }
 
-function formatIssues(e: ZodError, s: PluginSpec): string {
+function formatIssues(e: ZodError, s: PluginSpec, input: unknown): string {
   return e.issues
     .map((i) => {
       if (i.code === "unrecognized_keys") {
-        const known = paramNames(s.params, i.path);
+        const known = allowedKeys(s.params, i.path, input);
         if (i.path.length === 0) known.push(...Object.keys(s.deprecatedParams ?? {}));
         const legacy = i.path.length === 0 ? (LEGACY_PARAMS[s.type] ?? []) : [];
         const hints = i.keys.map((k) => didYouMean(k, [...known, ...legacy])).join("");
@@ -231,28 +232,6 @@ function formatIssues(e: ZodError, s: PluginSpec): string {
       return `${path}${i.message}`;
     })
     .join("; ");
-}
-
-/** The keys of the object schema at `path` inside a plugin's parameter schema. */
-function paramNames(schema: ZodType, path: readonly PropertyKey[]): string[] {
-  let cur: unknown = schema;
-  const unwrap = () => {
-    for (let d = (cur as ZodDef)._zod?.def; d?.innerType ?? d?.in; d = (cur as ZodDef)._zod?.def)
-      cur = d.innerType ?? d.in;
-  };
-  unwrap();
-  for (const key of path) {
-    const shape = (cur as { shape?: Record<string, unknown> }).shape;
-    if (shape === undefined || typeof key !== "string" || !(key in shape)) return [];
-    cur = shape[key];
-    unwrap();
-  }
-  const shape = (cur as { shape?: Record<string, unknown> }).shape;
-  return shape === undefined ? [] : Object.keys(shape);
-}
-
-interface ZodDef {
-  _zod?: { def?: { innerType?: unknown; in?: unknown } };
 }
 
 /** Producers some consumer names explicitly in the config as written. */

@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { allowedSuffix } from "../../scheduler/zod-keys.ts";
 import { curveStages, type LoadCurve } from "./load-curves.ts";
 import { parseScenario, type Scenario, ScenarioError } from "./scenario.ts";
 
@@ -83,10 +84,12 @@ export function parseAutoscaleScenario(text: string, file?: string): AutoscaleSc
   const parsed = AutoscaleSectionSchema.safeParse(section);
   if (!parsed.success) {
     const i = parsed.error.issues[0];
-    const keys = i.code === "unrecognized_keys" ? `.${i.keys[0]}` : "";
-    throw new ScenarioError(
-      `scenario ${origin}: autoscale.${i.path.join(".")}${keys}: ${i.code === "unrecognized_keys" ? "unknown field" : i.message}`,
-    );
+    const unknown = i.code === "unrecognized_keys";
+    const at = ["autoscale", ...i.path, ...(unknown ? [i.keys[0]] : [])].join(".");
+    const message = unknown
+      ? `unknown field${allowedSuffix(AutoscaleSectionSchema, i.path, section)}`
+      : i.message;
+    throw new ScenarioError(`scenario ${origin}: ${at}: ${message}`);
   }
   const a = parsed.data;
   // The load curve becomes the workload's arrival stages.
@@ -117,7 +120,7 @@ export function loadAutoscaleScenario(file: string): AutoscaleScenario {
   try {
     text = readFileSync(file, "utf8");
   } catch (err) {
-    throw new ScenarioError(`cannot read scenario ${file}: ${(err as Error).message}`);
+    throw new ScenarioError(`cannot read scenario ${file}: ${(err as Error).message}; check the path`);
   }
   return parseAutoscaleScenario(text, file);
 }

@@ -18,6 +18,7 @@ import {
 } from "../../bench/workloads/spec.ts";
 import { ROLE_LABEL } from "../../scheduler/plugins/filters/labels.ts";
 import { REGION_LABEL } from "../../scheduler/plugins/filters/locality.ts";
+import { allowedSuffix } from "../../scheduler/zod-keys.ts";
 import { loadProfile } from "../profiles.ts";
 import { type KvLinkConfig, kvLinkConfig } from "./kv-link.ts";
 import { type LocalityConfig, LocalitySchema, resolveLocality } from "./locality.ts";
@@ -187,7 +188,8 @@ function fail(origin: string, path: string, message: string): never {
   throw new ScenarioError(`scenario ${origin}: ${path ? `${path}: ` : ""}${message}`);
 }
 
-function zodFail(origin: string, e: z.ZodError): never {
+/** Fails with the first issue; an unknown field lists the keys allowed beside it (read along `input`). */
+function zodFail(origin: string, e: z.ZodError, input: unknown): never {
   const i = e.issues[0];
   let path = i.path
     .map((k, n) => (typeof k === "number" ? `[${k}]` : n === 0 ? String(k) : `.${String(k)}`))
@@ -196,7 +198,7 @@ function zodFail(origin: string, e: z.ZodError): never {
   if (i.code === "unrecognized_keys") {
     const key = i.keys[0];
     path = path ? `${path}.${key}` : key;
-    message = "unknown field";
+    message = `unknown field${allowedSuffix(ScenarioSchema, i.path, input)}`;
   }
   return fail(origin, path, message);
 }
@@ -222,7 +224,7 @@ export function parseScenario(text: string, file?: string, overrides: ScenarioOv
     return fail(origin, "", `invalid YAML: ${(err as Error).message}`);
   }
   const parsed = ScenarioSchema.safeParse(raw ?? {});
-  if (!parsed.success) return zodFail(origin, parsed.error);
+  if (!parsed.success) return zodFail(origin, parsed.error, raw ?? {});
   if (overrides.seed !== undefined) {
     parsed.data.seed = overrides.seed;
     (parsed.data.workload as { seed?: number }).seed = overrides.seed;
@@ -241,7 +243,7 @@ export function loadScenario(file: string, overrides: ScenarioOverrides = {}): S
   try {
     text = readFileSync(file, "utf8");
   } catch (err) {
-    throw new ScenarioError(`cannot read scenario ${file}: ${(err as Error).message}`);
+    throw new ScenarioError(`cannot read scenario ${file}: ${(err as Error).message}; check the path`);
   }
   return parseScenario(text, file, overrides);
 }
@@ -339,7 +341,11 @@ function resolvePools(
     };
   });
   if (models.size > 1)
-    fail(origin, `${path}.pools`, `every pool must serve one model; got ${[...models].join(", ")}`);
+    fail(
+      origin,
+      `${path}.pools`,
+      `every pool must serve one model; got ${[...models].join(", ")}; give every pool a profile of the same model`,
+    );
   return pools;
 }
 
@@ -348,7 +354,8 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
   const link = resolveLink(origin, "kvLink", s.kvLink);
   const names = new Set<string>();
   const routers = s.routers.map((r, i): RouterSpec => {
-    if (names.has(r.name)) fail(origin, `routers[${i}].name`, `duplicate router name "${r.name}"`);
+    if (names.has(r.name))
+      fail(origin, `routers[${i}].name`, `duplicate router name "${r.name}"; give each router its own name`);
     names.add(r.name);
     const g = r.gateways;
     const own = {
@@ -367,7 +374,7 @@ function resolveScenario(s: ScenarioInput, origin: string, dir: string): Scenari
       fail(
         origin,
         `routers[${i}].fleet`,
-        `serves ${own.pools[0].model}, the scenario's fleet ${pools[0].model}`,
+        `serves ${own.pools[0].model}, the scenario's fleet ${pools[0].model}; give this fleet profiles of ${pools[0].model}`,
       );
     if (typeof r.config !== "string")
       return { name: r.name, ...own, configText: toYaml(r.config), source: "inline" };
