@@ -36,8 +36,8 @@ const ROUTES: Record<string, ApiRoute> = {
   "/v1/embeddings": "embeddings",
 };
 
-/** The public routes, named in a 404 so the client sees what this port serves. */
-const SERVED_ROUTES =
+/** The public routes, named in a 404 so the client sees what this port serves (here and at the multi-pool front door). */
+export const SERVED_ROUTES =
   "use POST /v1/completions, /v1/chat/completions or /v1/embeddings, or GET /v1/models or /health (the admin API is on the admin port)";
 
 export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerResponse): void {

@@ -18,7 +18,7 @@ import type { Gateway } from "../gateway.ts";
 import { headerValue } from "../headers.ts";
 import { type BoundAddress, listen } from "../listen.ts";
 import { type ParsedRequest, parseRequestBody, readBody, routeOf } from "../request-body.ts";
-import { proxyPreread } from "../server.ts";
+import { proxyPreread, SERVED_ROUTES } from "../server.ts";
 import { createPoolSet, type DiscoveryOptions } from "./build-pools.ts";
 import type { FrontMetrics } from "./front-metrics.ts";
 import { LivePools } from "./live-pools.ts";
@@ -44,9 +44,6 @@ export interface MultiPoolHandle {
 }
 
 const ROUTE_PATHS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/embeddings"]);
-/** The public routes, named in a 404 so the client sees what this port serves. */
-const SERVED_ROUTES =
-  "use POST /v1/completions, /v1/chat/completions or /v1/embeddings, or GET /v1/models or /health (the admin API is on the admin port)";
 
 export class MultiPoolFront {
   readonly live: LivePools;
