@@ -216,7 +216,9 @@ test("a clean close by the server means carry on without ext_proc; an unanswered
     await next();
     call.end();
   });
-  const proxy = await proxyFor(fake.address, { mode: "BUFFERED", messageTimeoutMs: 100 });
+  // Long enough that the answered messages never time out on a loaded machine (100 ms once did,
+  // giving a 504 for the first request), short enough for /slow's wait to stay cheap.
+  const proxy = await proxyFor(fake.address, { mode: "BUFFERED", messageTimeoutMs: 1000 });
   const res = await post(`${proxy.url}/v1/completions`, '{"model":"m","x":1}');
   assert.equal(res.status, 200);
   assert.equal(be.seen[0]!.body, '{"model":"m","x":1}');
