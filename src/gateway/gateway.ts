@@ -291,7 +291,7 @@ export class Gateway {
     let ok = ep.ok;
     if (this.opts.configFile) {
       try {
-        const next = await buildRouting(readFileSync(this.opts.configFile, "utf8"), {
+        const next = await buildRouting(readConfig(this.opts.configFile), {
           seed: this.opts.seed,
           previous: this.routing,
         });
@@ -309,7 +309,12 @@ export class Gateway {
         config = { ok: true, reloaded: true, warnings: next.warnings };
       } catch (err) {
         ok = false;
-        config = { ok: false, error: (err as Error).message };
+        const msg = (err as Error).message;
+        const where = msg.startsWith("--config ") ? msg : `--config ${this.opts.configFile}: ${msg}`;
+        config = {
+          ok: false,
+          error: `${where}; the running config is kept: fix the file and POST /reload again`,
+        };
       }
     }
     if (this.opts.modelObjectivesFile) {
