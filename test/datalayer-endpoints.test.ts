@@ -49,10 +49,20 @@ test("host:port parsing rejects malformed addresses with the location in the mes
   }
 });
 
+test("a URL where host:port belongs says to drop the scheme, with or without a port or path", () => {
+  for (const bad of ["http://127.0.0.1:8000", "http://127.0.0.1", "https://vllm.example:8000/v1"])
+    assert.throws(
+      () => parseEndpointList(bad),
+      (e: Error) =>
+        e instanceof EndpointConfigError &&
+        e.message ===
+          `--endpoints[0]: "${bad}" is not host:port; write it without the "${bad.slice(0, bad.indexOf("//") + 2)}" scheme, e.g. 127.0.0.1:8000`,
+      bad,
+    );
+});
+
 test("a host that is not a hostname or IPv4 says how to write it", () => {
   for (const [bad, advice] of [
-    ["http://127.0.0.1:8000", 'write host:port without the "http://" scheme, e.g. 127.0.0.1:8000'],
-    ["http://127.0.0.1:8000/v1", 'without the "http://" scheme'],
     ["h/v1:8000", "write host:port without a path"],
     ["::1:8000", "write an IPv6 address in brackets, e.g. [::1]:8000"],
     ["a_b:80", "use a hostname (letters, digits, '-' and '.') or an IPv4 address"],

@@ -37,8 +37,6 @@ const IPV6 = /^[0-9A-Fa-f:.]+$/;
 
 /** What to do about a host part that is not a hostname or IPv4 address. */
 function hostAdvice(host: string): string {
-  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(host)?.[0];
-  if (scheme !== undefined) return `write host:port without the "${scheme}" scheme, e.g. 127.0.0.1:8000`;
   if (host.includes("/")) return "write host:port without a path, e.g. 127.0.0.1:8000";
   if (host.includes(":")) return "write an IPv6 address in brackets, e.g. [::1]:8000";
   return "use a hostname (letters, digits, '-' and '.') or an IPv4 address, e.g. 127.0.0.1:8000";
@@ -47,6 +45,12 @@ function hostAdvice(host: string): string {
 /** Parses "host:port" or "[v6]:port"; throws EndpointConfigError naming `where`. */
 export function parseHostPort(text: string, where: string): { host: string; port: number; id: string } {
   const s = text.trim();
+  // A URL where host:port belongs ("http://10.0.0.7:8000", or without a port): say so, whatever follows.
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(s)?.[0];
+  if (scheme !== undefined)
+    throw new EndpointConfigError(
+      `${where}: "${text}" is not host:port; write it without the "${scheme}" scheme, e.g. 127.0.0.1:8000`,
+    );
   let host: string;
   let portText: string;
   if (s.startsWith("[")) {
