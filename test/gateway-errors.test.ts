@@ -154,6 +154,7 @@ const BAD: Array<[string, string, string, number, RegExp, string | null]> = [
   ],
   ["/v1/completions", "GET", "", 405, /^Method GET is not allowed on \/v1\/completions; use POST$/, null],
   ["/v1/models", "POST", "{}", 405, /^Method POST is not allowed on \/v1\/models; use GET$/, null],
+  ["/health", "POST", "{}", 405, /^Method POST is not allowed on \/health; use GET$/, null],
   [
     "/v2/anything",
     "GET",

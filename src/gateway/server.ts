@@ -80,7 +80,7 @@ export function handlePublic(gw: Gateway, req: IncomingMessage, res: ServerRespo
     else listModels(gw, res).catch(() => sendError(res, new GatewayError(500, "internal gateway error")));
     return;
   }
-  const known = route !== undefined || path === "/v1/models";
+  const known = route !== undefined || path === "/v1/models" || path === "/health";
   const allow = route ? "POST" : "GET";
   const err = known
     ? new GatewayError(405, `Method ${req.method} is not allowed on ${path}; use ${allow}`, {
