@@ -47,6 +47,20 @@ export interface TrafficSample {
   tpots: number[];
 }
 
+/** A sample with nothing counted yet: where each interval's traffic starts. */
+export function emptyTrafficSample(): TrafficSample {
+  return {
+    arrivals: 0,
+    inputTokens: 0,
+    completions: 0,
+    outputTokens: 0,
+    completedInputTokens: 0,
+    cachedTokens: 0,
+    ttfts: [],
+    tpots: [],
+  };
+}
+
 export interface Sample {
   /** Sample time, seconds. */
   now: number;

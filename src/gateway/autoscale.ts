@@ -19,7 +19,13 @@ import { Gauge, type Registry } from "prom-client";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
 import { type PoolSpec, Recommender } from "../autoscale/recommender.ts";
-import type { PoolDecision, PoolRole, PoolSample, TrafficSample } from "../autoscale/types.ts";
+import {
+  emptyTrafficSample,
+  type PoolDecision,
+  type PoolRole,
+  type PoolSample,
+  type TrafficSample,
+} from "../autoscale/types.ts";
 import type { Datastore } from "../datalayer/datastore.ts";
 import { ROLE_LABEL } from "../scheduler/plugins/filters/labels.ts";
 import type { RequestFacts } from "../scheduler/types.ts";
@@ -106,7 +112,7 @@ export class AutoscaleService {
   readonly #desired: Gauge<"pool" | "role">;
   readonly #wvaDesired: Gauge<"variant_name" | "namespace" | "accelerator_type">;
   readonly #wvaCurrent: Gauge<"variant_name" | "namespace" | "accelerator_type">;
-  #traffic: TrafficSample = empty();
+  #traffic: TrafficSample = emptyTrafficSample();
   #last: number;
   #lastDecision = Number.NEGATIVE_INFINITY;
   #decidedAt: string | null = null;
@@ -204,7 +210,7 @@ export class AutoscaleService {
     const now = this.clock();
     const pools = this.#pools();
     this.#rec.observe({ now, period: Math.max(1e-3, now - this.#last), traffic: this.#traffic, pools });
-    this.#traffic = empty();
+    this.#traffic = emptyTrafficSample();
     this.#last = now;
     if (now - this.#lastDecision < this.#rec.interval - 1e-9) return;
     this.#lastDecision = now;
@@ -290,17 +296,4 @@ export function promptTokensOf(f: RequestFacts): number {
 function roleOf(labels: Record<string, string>): PoolRole {
   const r = labels[ROLE_LABEL];
   return r === "prefill" ? "prefill" : r === "decode" ? "decode" : "aggregated";
-}
-
-function empty(): TrafficSample {
-  return {
-    arrivals: 0,
-    inputTokens: 0,
-    completions: 0,
-    outputTokens: 0,
-    completedInputTokens: 0,
-    cachedTokens: 0,
-    ttfts: [],
-    tpots: [],
-  };
 }

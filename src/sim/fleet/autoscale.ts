@@ -12,13 +12,13 @@
  * × its tensor parallelism: the GPU-seconds meter.
  */
 
-import type {
-  AutoscalePolicy,
-  PoolRole,
-  PoolSample,
-  ReplicaSample,
-  Sample,
-  TrafficSample,
+import {
+  type AutoscalePolicy,
+  emptyTrafficSample,
+  type PoolRole,
+  type PoolSample,
+  type ReplicaSample,
+  type Sample,
 } from "../../autoscale/types.ts";
 import type { RequestRecord } from "../../bench/metrics.ts";
 import { requestMetrics } from "../../bench/request-metrics.ts";
@@ -64,19 +64,6 @@ interface Serving {
   drainingSince: number | null;
 }
 
-function emptyTraffic(): TrafficSample {
-  return {
-    arrivals: 0,
-    inputTokens: 0,
-    completions: 0,
-    outputTokens: 0,
-    completedInputTokens: 0,
-    cachedTokens: 0,
-    ttfts: [],
-    tpots: [],
-  };
-}
-
 export class AutoscaleController implements FleetMembership, FleetObserver {
   readonly start = 0;
   readonly actions: ScalingAction[] = [];
@@ -90,7 +77,7 @@ export class AutoscaleController implements FleetMembership, FleetObserver {
   /** GPU busy seconds per replica (from step start and end times). */
   readonly #busy: number[] = [];
   readonly #busyAtSample: number[] = [];
-  #traffic = emptyTraffic();
+  #traffic = emptyTrafficSample();
   #lastSample = 0;
   #nextSample: number;
   #nextDecision: number;
@@ -223,7 +210,7 @@ export class AutoscaleController implements FleetMembership, FleetObserver {
       const s: Sample = { now, period, traffic: this.#traffic, pools };
       this.policy.observe(s);
     }
-    this.#traffic = emptyTraffic();
+    this.#traffic = emptyTrafficSample();
     this.#lastSample = now;
     this.#lastPools = pools;
   }
