@@ -77,6 +77,18 @@ export interface EndpointSnapshot {
   models: string[] | null;
 }
 
+/**
+ * The 404 for a model no replica serves, listing the served ones (sorted, deduplicated, at most 10)
+ * and what to set: the same text at `kvgate serve` and at the multi-pool front door.
+ */
+export function unknownModelMessage(model: string | null, served: Iterable<string>): string {
+  const ids = [...new Set(served)].sort();
+  if (ids.length === 0)
+    return `The model \`${model}\` does not exist. No replica lists a model yet; GET /v1/models lists the served models, set "model" to one of them.`;
+  const shown = ids.length > 10 ? [...ids.slice(0, 10), "…"] : ids;
+  return `The model \`${model}\` does not exist. Served models: ${shown.join(", ")}; set "model" to one of them.`;
+}
+
 export class Datastore {
   readonly #records = new Map<string, EndpointRecord>();
   readonly #threshold: number;
@@ -212,17 +224,6 @@ export class Datastore {
     rec.probationUntil = 0;
   }
 
-  /** "Served models: a, b; set …" from the replicas' scraped lists (at most 10 names), for a 404. */
-  #servedModelsAdvice(): string {
-    const ids = new Set<string>();
-    for (const rec of this.#records.values()) for (const id of rec.modelIds ?? []) ids.add(id);
-    if (ids.size === 0)
-      return 'No replica lists a model yet; GET /v1/models lists the served models, set "model" to one of them.';
-    const sorted = [...ids].sort();
-    const shown = sorted.length > 10 ? [...sorted.slice(0, 10), "…"] : sorted;
-    return `Served models: ${shown.join(", ")}; set "model" to one of them.`;
-  }
-
   #serves(rec: EndpointRecord, model: string | null): boolean {
     return model === null || rec.modelIds === null || rec.modelIds.has(model);
   }
@@ -245,7 +246,10 @@ export class Datastore {
       return {
         ok: false,
         kind: "model-not-found",
-        message: `The model \`${model}\` does not exist. ${this.#servedModelsAdvice()}`,
+        message: unknownModelMessage(
+          model,
+          [...this.#records.values()].flatMap((r) => [...(r.modelIds ?? [])]),
+        ),
       };
     const up = serving.filter((r) => r.health !== "unhealthy");
     const ready = up.filter((r) => r.probationUntil <= now);

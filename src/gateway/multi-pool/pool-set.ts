@@ -13,6 +13,7 @@
  * one of them rewrites counts as served by that pool. It is ready once its first sync is done.
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { unknownModelMessage } from "../../datalayer/datastore.ts";
 import type { EndpointSource } from "../../datalayer/endpoints.ts";
 import type { PoolResources } from "../../datalayer/pool-resources.ts";
 import { createRng } from "../../scheduler/rng.ts";
@@ -184,11 +185,7 @@ export class PoolSet {
       };
     }
     const known = [...this.servedModels(), ...this.router.rewriteSources()];
-    return new GatewayError(
-      404,
-      `The model \`${asked}\` does not exist. Served models: ${known.length ? known.join(", ") : "none yet (no replica has been scraped)"}; set "model" to one of them.`,
-      { param: "model" },
-    );
+    return new GatewayError(404, unknownModelMessage(asked, known), { param: "model" });
   }
 
   /** GET /v1/models: the union over the pools (replica cards, or minimal cards for declared models) plus rewrite sources. */
