@@ -90,6 +90,19 @@ export class StepScheduler {
         i++;
         continue;
       }
+      // Most steps are decodes whose token fits the last block and completes no uncached one:
+      // allocate_slots would take no block and cache none, so it is skipped (the same state).
+      if (
+        n === 1 &&
+        r.numComputed < r.blocks.length * bs &&
+        (!cfg.enablePrefixCaching || r.numComputed + 1 < (r.numCachedBlocks + 1) * bs)
+      ) {
+        schedReq.push(r);
+        schedN.push(1);
+        budget--;
+        i++;
+        continue;
+      }
       let selfPreempted = false;
       while (!this.kv.allocateSlots(r, n, NO_HITS)) {
         const victim = this.pickVictim();
