@@ -61,6 +61,8 @@ function trace(
   algo: BlockHashAlgo,
   withEvents: boolean,
   shared?: { prompts: number; memo?: PromptHashMemo },
+  outputs: "every-token" | "first-and-last" = "every-token",
+  view: (r: StepResult) => unknown = (r) => stepView(r, withEvents),
 ): string[] {
   const e = new Engine(
     engineConfig({
@@ -70,7 +72,11 @@ function trace(
       maxModelLen: 4096,
       schedulingPolicy: policy,
     }),
-    { blockHashAlgo: algo, ...(shared?.memo !== undefined ? { promptHashMemo: shared.memo } : {}) },
+    {
+      blockHashAlgo: algo,
+      outputs,
+      ...(shared?.memo !== undefined ? { promptHashMemo: shared.memo } : {}),
+    },
   );
   const rng = new Rng(7);
   const pool = new Map<number, number[]>();
@@ -116,7 +122,7 @@ function trace(
     }
     const r = e.step(now);
     e.checkInvariants();
-    lines.push(json(stepView(r, withEvents)));
+    lines.push(json(view(r)));
     now = r.endTime;
   }
   lines.push(json(recordedStats(e.stats())));
@@ -144,6 +150,40 @@ describe("engine equivalence", () => {
       // Prompts recur under other LoRA names and salts, which must not reuse each other's hashes.
       assert.ok(memo.hits > 50, `memo hits ${memo.hits}`);
       assert.ok(memo.misses > 12, `memo misses ${memo.misses}`);
+    });
+
+  for (const policy of ["fcfs", "priority"] as const)
+    it(`${policy}: "first-and-last" outputs give the same run, listing only first and finishing tokens`, () => {
+      // Every-token outputs cut to each request's first token and its finishing one; records as arrays.
+      const seen = new Set<string>();
+      const cut = (r: StepResult) => {
+        const outputs = r.outputs.filter((o) => {
+          const first = !seen.has(o.requestId);
+          seen.add(o.requestId);
+          return first || o.finishReason !== null;
+        });
+        return stepView({ ...r, outputs }, true);
+      };
+      const plain = (r: StepResult) => {
+        for (const o of r.outputs) {
+          if (o.record === undefined) continue;
+          assert.ok(o.record.tokenTimes instanceof Float64Array, "token times as a typed array");
+          assert.ok(o.record.outputTokenIds instanceof Int32Array, "token ids as a typed array");
+          o.record = {
+            ...o.record,
+            tokenTimes: Array.from(o.record.tokenTimes),
+            outputTokenIds: Array.from(o.record.outputTokenIds),
+          };
+        }
+        return stepView(r, true);
+      };
+      const every = trace(policy, "fast64", true, undefined, "every-token", cut);
+      const sparse = trace(policy, "fast64", true, undefined, "first-and-last", plain);
+      assert.deepEqual(sparse, every);
+      // The filter did cut: most of the every-token run's outputs are neither first nor last.
+      const count = (lines: string[]) => lines.reduce((n, l) => n + (l.match(/"q\d+",\[/g)?.length ?? 0), 0);
+      const all = trace(policy, "fast64", true);
+      assert.ok(count(all) > 3 * count(every), `${count(all)} outputs in all, ${count(every)} kept`);
     });
 
   it("the trace exercises preemption, prefix hits, aborts and events", () => {

@@ -59,6 +59,12 @@ export interface EngineOptions {
   keepOffloadTransfers?: boolean;
   /** The fleet's shared-storage tier behind the CPU tier (storage-tier.ts); needs kvOffload. */
   sharedStorage?: SharedStorage;
+  /**
+   * "first-and-last": a step's outputs list only each request's first token and its finishing one
+   * (the fleet simulator reads nothing between; every token's time is in the finished record).
+   * Default "every-token", which a streaming server needs.
+   */
+  outputs?: "every-token" | "first-and-last";
 }
 
 /** The step's event list when KV events are off (never mutated). */
@@ -83,6 +89,7 @@ export class Engine {
   readonly cpuTier: CpuTier | null;
   /** GPU adapter slots under --enable-lora (lora-slots.ts), or null. */
   private readonly lora: LoraSlots | null;
+  private readonly everyToken: boolean;
 
   constructor(config: EngineConfig, options: EngineOptions = {}) {
     const bad = (what: string): never => {
@@ -134,6 +141,7 @@ export class Engine {
     );
     this.vocabSize = config.vocabSize ?? 128256;
     this.eosTokenId = config.eosTokenId ?? 2;
+    this.everyToken = options.outputs !== "first-and-last";
   }
 
   /** Queues a request that arrived at `now`; it is considered at the next step. Throws EngineInputError. */
@@ -303,7 +311,9 @@ export class Engine {
       // Output ids and times live in the request's buffers; the record gets copies at the finish.
       r.tokenTimes[r.numTokens - r.numPromptTokens] = end;
       r.tokens[r.numTokens++] = tok;
+      let emit = this.everyToken;
       if (r.record.firstTokenTime === null) {
+        emit = true;
         r.record.firstTokenTime = end;
         this.counters.promptTokens += r.numPromptTokens;
         this.counters.promptCacheHit += r.record.cachedTokens - r.externalTokens;
@@ -315,13 +325,13 @@ export class Engine {
       let reason: FinishReason | null = null;
       if (last) reason = r.targetOutput < r.input.maxTokens ? "stop" : "length";
       else if (r.numTokens >= cfg.maxModelLen) reason = "length";
-      const o: TokenOutput = { requestId: r.record.id, newTokenIds: [tok], finishReason: reason };
-      if (reason !== null) {
-        removeFrom(this.sched.running, r);
-        this.finish(r, reason, end);
-        o.record = r.record;
+      if (reason === null) {
+        if (emit) outputs.push({ requestId: r.record.id, newTokenIds: [tok], finishReason: null });
+        continue;
       }
-      outputs.push(o);
+      removeFrom(this.sched.running, r);
+      this.finish(r, reason, end);
+      outputs.push({ requestId: r.record.id, newTokenIds: [tok], finishReason: reason, record: r.record });
     }
     const result: StepResult = {
       startTime: now,
@@ -355,8 +365,14 @@ export class Engine {
       tier?.holdWhileStoring(r, now) === true;
     if (!kept) this.kv.freeBlocks(r);
     r.finished = true;
-    r.record.outputTokenIds = outputTokenIds(r);
-    r.record.tokenTimes = tokenTimes(r);
+    if (this.everyToken) {
+      r.record.outputTokenIds = outputTokenIds(r);
+      r.record.tokenTimes = tokenTimes(r);
+    } else {
+      // The fleet simulator reads them once and lets go: no plain-array copies to collect.
+      r.record.outputTokenIds = r.tokens.slice(r.numPromptTokens, r.numTokens);
+      r.record.tokenTimes = r.tokenTimes.subarray(0, r.numTokens - r.numPromptTokens);
+    }
     r.record.finishReason = reason;
     r.record.finishTime = now;
     this.counters.requestSuccess[reason]++;

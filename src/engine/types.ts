@@ -116,10 +116,14 @@ export interface RequestRecord {
   /** Time of the first step that scheduled this request (null until then). */
   firstScheduledTime: number | null;
   firstTokenTime: number | null;
-  /** Completion time of every output token, in order (filled when the request finishes, and in copies handed out). */
-  tokenTimes: number[];
+  /**
+   * Completion time of every output token, in order (filled when the request finishes, and in copies
+   * handed out). An engine with `outputs: "first-and-last"` fills a finished record with typed arrays
+   * (tokenTimes a view of the request's own buffer) instead of copying into plain ones.
+   */
+  tokenTimes: number[] | Float64Array;
   /** Every output token id, in order (filled likewise). */
-  outputTokenIds: number[];
+  outputTokenIds: number[] | Int32Array;
   /** Prefix-cache hit of the first admission, in tokens (multiple of blockSize). */
   cachedTokens: number;
   numPreemptions: number;

@@ -66,11 +66,8 @@ export class Replica {
   readonly timeline = new StepTimeline();
   readonly #blockSize: number;
   readonly #numBlocks: number;
-  /** The last step's outputs as (request id, workload index), and a spare pair to fill next. */
-  #ids: string[] = [];
+  /** outputIndices' result, reused. */
   #idx: number[] = [];
-  #nextIds: string[] = [];
-  #nextIdx: number[] = [];
 
   /** `memo`: prompt hashes shared by the fleet's engines (prompt arrays are never modified). */
   constructor(index: number, cfg: FleetConfig, seed: number, memo?: PromptHashMemo, storage?: SharedStorage) {
@@ -94,6 +91,7 @@ export class Replica {
       },
       {
         blockHashAlgo: cfg.blockHashAlgo,
+        outputs: "first-and-last",
         ...(memo !== undefined ? { promptHashMemo: memo } : {}),
         ...(storage !== undefined && cfg.kvOffload !== undefined ? { sharedStorage: storage } : {}),
       },
@@ -170,39 +168,19 @@ export class Replica {
   }
 
   /**
-   * The workload index of each output of a step. Outputs come in the engine's running order,
-   * which changes little between steps (finishes drop out, admissions join at the end), so the
-   * last step's pairs are tried in order, skipping one, before the id map. The array is reused.
+   * The workload index of each output of a step (the engine lists only first and finishing tokens,
+   * a few a step). The array is reused.
    */
   outputIndices(outputs: readonly TokenOutput[], indexOf: ReadonlyMap<string, number>): number[] {
-    const ids = this.#ids;
     const idx = this.#idx;
-    const nextIds = this.#nextIds;
-    const nextIdx = this.#nextIdx;
-    let c = 0;
     for (let k = 0; k < outputs.length; k++) {
-      const id = outputs[k].requestId;
-      let i: number;
-      if (c < ids.length && ids[c] === id) i = idx[c++];
-      else if (c + 1 < ids.length && ids[c + 1] === id) {
-        i = idx[c + 1];
-        c += 2;
-      } else {
-        const found = indexOf.get(id);
-        if (found === undefined)
-          throw new Error(`replica ${this.state.id}: output for unknown request ${id}`);
-        i = found;
-      }
-      nextIds[k] = id;
-      nextIdx[k] = i;
+      const i = indexOf.get(outputs[k].requestId);
+      if (i === undefined)
+        throw new Error(`replica ${this.state.id}: output for unknown request ${outputs[k].requestId}`);
+      idx[k] = i;
     }
-    nextIds.length = outputs.length;
-    nextIdx.length = outputs.length;
-    this.#ids = nextIds;
-    this.#idx = nextIdx;
-    this.#nextIds = ids;
-    this.#nextIdx = idx;
-    return nextIdx;
+    idx.length = outputs.length;
+    return idx;
   }
 
   stats(): EngineStats {

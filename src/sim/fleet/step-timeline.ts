@@ -38,7 +38,7 @@ export class StepTimeline {
    * `times` (ascending token times of one request on this replica) as a Float64Array holding the
    * same values: a view of the timeline when they are consecutive entries of one segment, else a copy.
    */
-  tokenTimes(times: readonly number[]): Float64Array {
+  tokenTimes(times: ArrayLike<number>): Float64Array {
     const m = times.length;
     if (m === 0) return new Float64Array(0);
     const segs = this.#segments;
