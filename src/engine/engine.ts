@@ -308,7 +308,7 @@ export class Engine {
         last && !r.input.ignoreEos && r.targetOutput < r.input.maxTokens
           ? this.eosTokenId
           : sampleToken(r.rng, this.vocabSize);
-      // Output ids and times live in the request's buffers; the record gets copies at the finish.
+      // Output ids and times live in the request's buffers; the record gets them at the finish.
       r.tokenTimes[r.numTokens - r.numPromptTokens] = end;
       r.tokens[r.numTokens++] = tok;
       let emit = this.everyToken;

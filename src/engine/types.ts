@@ -170,6 +170,7 @@ export interface StepResult {
   /** When the step started and ended (end = start + modelled step time). */
   startTime: number;
   endTime: number;
+  /** One per token sampled this step (EngineOptions.outputs: or only first and finishing tokens). */
   outputs: TokenOutput[];
   /** At most one batch per step, as vLLM publishes; null when nothing happened to the cache. */
   kvEvents: KVEventBatch | null;
