@@ -96,6 +96,7 @@ async function action(file: string, f: Flags, cmd: Command): Promise<void> {
       seed: f.seed,
       routerSeed: f.routerSeed,
       jobs: f.jobs,
+      workers: true,
       onRouterStart: (name, i, n) => console.error(`[${i + 1}/${n}] ${name} ...`),
       onRouterDone: (o) => {
         const cpu = Number.isFinite(o.cpuSeconds) ? `, cpu ${o.cpuSeconds.toFixed(1)} s` : "";

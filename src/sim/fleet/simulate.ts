@@ -43,6 +43,12 @@ export interface SimulateOptions {
    * file, which each worker loads again.
    */
   jobs?: number;
+  /**
+   * Run in worker threads even when one job is asked for (`kvgate simulate` does): their young
+   * generation is sized for the engines (parallel.ts), so one router alone runs faster there than in
+   * a thread with Node's default. Needs a scenario loaded from a file.
+   */
+  workers?: boolean;
   /** Keep each router's per-request rows on its outcome (`kvgate simulate --records`). */
   records?: boolean;
 }
@@ -125,7 +131,7 @@ export async function simulate(sc: Scenario, opts: SimulateOptions = {}): Promis
   const jobs = Math.max(1, Math.min(opts.jobs ?? 1, routers.length));
   let spec: Scenario["workload"];
   let limits: Limits;
-  if (jobs > 1) {
+  if (jobs > 1 || opts.workers === true) {
     // The workers build the workload; one of them computes its limits too.
     const { runRoutersInWorkers } = await import("./parallel.ts");
     const res = await runRoutersInWorkers(sc, routers, { quick: opts.quick === true, jobs, ...opts });
