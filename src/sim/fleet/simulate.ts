@@ -38,9 +38,9 @@ export interface SimulateOptions {
   onRouterStart?(name: string, index: number, total: number): void;
   onRouterDone?(outcome: RouterOutcome): void;
   /**
-   * Routers run at once, each in a worker thread (default 1: in this thread). Results are identical
-   * either way: every router gets its own fleet, scheduler and seeds. Needs a scenario loaded from a
-   * file, which each worker loads again.
+   * Routers run at once, each in a worker thread (default 1: in this thread, unless `workers`).
+   * Results are identical either way: every router gets its own fleet, scheduler and seeds. Needs a
+   * scenario loaded from a file, which each worker loads again.
    */
   jobs?: number;
   /**
