@@ -68,3 +68,15 @@ test("a scale factor reaches the workers: a fleet twice the size, the same in a 
   const plain = await simulate(loadScenario(file), { quick: true, routers, jobs: 1 });
   assert.ok(par.runs[0].requests > 1.8 * plain.runs[0].requests, "twice the sessions arrive");
 });
+
+test("workers: one router runs in a worker thread (as kvgate simulate runs it), with the same results", async () => {
+  const file = fileURLToPath(new URL("../scenarios/tutorial.yaml", import.meta.url));
+  const sc = loadScenario(file);
+  const routers = ["default"];
+  const thread = await simulate(sc, { quick: true, routers, jobs: 1 });
+  const worker = await simulate(sc, { quick: true, routers, jobs: 1, workers: true });
+  assert.deepEqual(stripWallClock(worker), stripWallClock(thread));
+  // Only the worker path needs the file: the scenario without one is refused there.
+  const inline = { ...sc, origin: "(inline)" };
+  await assert.rejects(simulate(inline, { quick: true, routers, workers: true }), /loaded from a file/);
+});
