@@ -92,19 +92,12 @@ export class StepScheduler {
       }
       // Most steps are decodes whose token fits the last block and completes no uncached one:
       // allocate_slots would take no block and cache none, so it is skipped (the same state).
-      if (
+      const fits =
         n === 1 &&
         r.numComputed < r.blocks.length * bs &&
-        (!cfg.enablePrefixCaching || r.numComputed + 1 < (r.numCachedBlocks + 1) * bs)
-      ) {
-        schedReq.push(r);
-        schedN.push(1);
-        budget--;
-        i++;
-        continue;
-      }
+        (!cfg.enablePrefixCaching || r.numComputed + 1 < (r.numCachedBlocks + 1) * bs);
       let selfPreempted = false;
-      while (!this.kv.allocateSlots(r, n, NO_HITS)) {
+      while (!fits && !this.kv.allocateSlots(r, n, NO_HITS)) {
         const victim = this.pickVictim();
         const at = this.running.indexOf(victim);
         // Under priority scheduling the victim may already be scheduled this step: unschedule it.
