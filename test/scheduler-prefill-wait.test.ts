@@ -114,7 +114,7 @@ describe("prefill-wait-scorer's shortLanes: under a backlog the least-queued rep
    * 32 prompts scored, none picked (no queue moves): 24 of `short` tokens and 8 of 4,000. Then each
    * replica is sent 10 prompts of 4,000 tokens (each scored too, on its one replica), so the short
    * ones are the bottom quartile of what the scorer has seen (at 1,500 tokens, 18% of its tokens:
-   * round(4 × 0.18) = one lane). Of those 40,000 tokens in flight on
+   * 0.73 of a replica's worth, one lane). Of those 40,000 tokens in flight on
    * each replica only the last `queued[i]` are not prefilled yet (the rest have their first token),
    * so the decode and KV loads are the same everywhere and only the prefill queue differs.
    */
@@ -170,13 +170,32 @@ describe("prefill-wait-scorer's shortLanes: under a backlog the least-queued rep
   });
 
   it("keeps no lane when the short prompts would fill under half a replica", async () => {
-    // 100-token short prompts are 1.5% of the tokens: round(4 × 0.015) = 0 lanes.
+    // 100-token short prompts are 1.5% of the tokens: 0.06 of a replica's worth, 0 lanes.
     const { scheduler } = await createScheduler(readFileSync("config/examples/default.yaml", "utf8"), {
       hasher: h,
       seed: 1,
     });
     backlog(scheduler, [12000, 40000, 40000, 40000], 100);
     assert.equal(pick(scheduler, 4000, 1), "a:1");
+  });
+
+  it("keeps as many lanes as hold the short prompts' tokens under maxLaneLoad of their capacity", async () => {
+    // 2,000-token short prompts are 23% of the tokens: 0.92 of a replica's worth. One lane would
+    // run at 0.92 of its capacity (and backlog with them in a burst), so the default (0.8) keeps two:
+    // a long prompt passes a:1 and b:1 (0.75 and 1.26 s queued) for the 2.5 s queues.
+    const cfg = readFileSync("config/examples/default.yaml", "utf8");
+    for (let seed = 1; seed <= 3; seed++) {
+      const { scheduler } = await createScheduler(cfg, { hasher: h, seed });
+      backlog(scheduler, [12000, 20000, 40000, 40000], 2000);
+      assert.ok(!["a:1", "b:1"].includes(pick(scheduler, 4000, seed) ?? ""), `seed ${seed}: a long prompt`);
+      assert.equal(pick(scheduler, 2000, seed), "a:1", `seed ${seed}: a short prompt`);
+    }
+    // At maxLaneLoad 1 one lane holds them: the long prompt takes b:1, the least-queued after it.
+    const one = cfg.replace(/^( +)laneSeconds: 0\.5$/m, "$1laneSeconds: 0.5\n$1maxLaneLoad: 1");
+    assert.match(one, /maxLaneLoad: 1/);
+    const { scheduler } = await createScheduler(one, { hasher: h, seed: 1 });
+    backlog(scheduler, [12000, 20000, 40000, 40000], 2000);
+    assert.equal(pick(scheduler, 4000, 1), "b:1");
   });
 
   it("keeps no lane before it has seen 32 prompts, nor for a prompt in the bottom quantile", async () => {

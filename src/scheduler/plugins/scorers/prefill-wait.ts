@@ -17,10 +17,11 @@
  * `shortLanes` (kvgate-only, off unless set): under a backlog the least-queued endpoints are kept
  * for short prompts. When the median endpoint has more than `gateSeconds` of prefill queued ahead,
  * a prompt longer than the `quantile` of the last `window` prompts (uncached tokens) scores 0 on
- * the k least-queued endpoints, k = endpoints × the short prompts' share of those tokens, rounded
- * (none when they would fill under half an endpoint: a whole lane for them starves the rest), unless
- * such an endpoint's queue is under `laneSeconds` (so a lane never idles). Each gateway reads its
- * own recent prompts. Every endpoint is FCFS:
+ * the k least-queued endpoints, unless such an endpoint's queue is under `laneSeconds` (so a lane
+ * never idles). The short prompts fill f = endpoints × their share of those tokens endpoints' worth:
+ * k = ⌈f ÷ `maxLaneLoad`⌉, so a lane is never loaded past that share of its capacity by them alone
+ * (a lane they fill backlogs with them), at most endpoints − 2, and none when f < 0.5 (a whole lane
+ * for them starves the rest). Each gateway reads its own recent prompts. Every endpoint is FCFS:
  * balancing alone makes everyone who arrives in a backlog wait it out, while a short prompt on a
  * lane is done in a fraction of the wait. Size-based assignment (SITA; Harchol-Balter, Crovella and
  * Murta, 1999) shortens the wait of the many short requests for a little more on the few long
@@ -51,6 +52,8 @@ export const prefillWaitParams = z.strictObject({
       laneSeconds: z.number().nonnegative().default(0.5),
       /** Recent prompts the quantile is read from. */
       window: z.number().int().min(32).default(256),
+      /** Lanes enough that the short prompts' tokens fill at most this share of their capacity. */
+      maxLaneLoad: z.number().gt(0).lte(1).default(0.9),
     })
     .optional(),
 });
@@ -100,8 +103,8 @@ export class PrefillWaitScorer implements Scorer {
     const floor = p.floorSeconds;
     const lanes = this.#lanes;
     if (lanes !== undefined) {
-      const k = lanes.add(minOwn, n);
-      if (k > 0 && n - k >= 2) {
+      const k = Math.min(lanes.add(minOwn, n), n - 2); // two endpoints are left to long prompts
+      if (k > 0) {
         // The prefill queued ahead of this request on each endpoint. Lanes open when the median one
         // (the ⌊n/2⌋-th smallest) has over gateSeconds: counted first, so a calm fleet sorts nothing.
         const ahead = this.#ahead.get(n);
@@ -143,12 +146,14 @@ class ShortLanes {
   readonly quantile: number;
   readonly gateSeconds: number;
   readonly laneSeconds: number;
+  readonly maxLaneLoad: number;
 
   constructor(o: NonNullable<PrefillWaitParams["shortLanes"]>) {
     this.window = o.window;
     this.quantile = o.quantile;
     this.gateSeconds = o.gateSeconds;
     this.laneSeconds = o.laneSeconds;
+    this.maxLaneLoad = o.maxLaneLoad;
   }
 
   add(size: number, endpoints: number): number {
@@ -169,7 +174,9 @@ class ShortLanes {
       }
       this.#share = all > 0 ? short / all : 0;
     }
-    return size > this.#cut ? Math.round(endpoints * this.#share) : 0;
+    if (size <= this.#cut) return 0;
+    const fill = endpoints * this.#share; // endpoints' worth of short prompts
+    return fill < 0.5 ? 0 : Math.ceil(fill / this.maxLaneLoad);
   }
 }
 
